@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs every test of mssql-cdc, installing missing prerequisites first (idempotent).
+#
+#   scripts/test.sh                 # everything
+#   scripts/test.sh --test broker   # extra arguments go to `cargo test`
+#
+# Caches live outside the clone, under ${MSSQL_CDC_CACHE:-~/.cache/mssql-cdc}: the cargo
+# target directory (one profile, `release`, shared by tests, benchmarks and the binary) and
+# the Python virtualenv of the independent checkers.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+cache="${MSSQL_CDC_CACHE:-$HOME/.cache/mssql-cdc}"
+mkdir -p "$cache"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
+
+# --- Debian packages: a C toolchain for librdkafka and SQLite, OpenSSL for TLS/SASL. -------
+packages=(build-essential pkg-config libssl-dev zlib1g-dev python3 python3-venv)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+
+# --- Python independent checkers, in a virtualenv keyed by the requirements' hash. ----------
+requirements="scripts/requirements-test.txt"
+venv="$cache/venv"
+stamp="$venv/.requirements-$(sha256sum "$requirements" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "installing Python checkers into $venv"
+  python3 -m venv "$venv" 2>/dev/null || { rm -rf "$venv"; python3 -m venv --without-pip "$venv"; }
+  [ -x "$venv/bin/pip" ] || "$venv/bin/python" -m ensurepip --upgrade
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  rm -f "$venv"/.requirements-*
+  touch "$stamp"
+fi
+export MSSQL_CDC_PYTHON="$venv/bin/python"
+
+# --- Rust: one build of the release profile serves the tests and the binary. ---------------
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
+cargo --version
+cargo build --release --locked --all-targets
+cargo test --release --locked "$@"

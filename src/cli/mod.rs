@@ -1,0 +1,55 @@
+//! The command line: one subcommand per file.
+
+#[cfg(feature = "embedded-broker")]
+mod broker;
+#[cfg(feature = "embedded-broker")]
+mod demo;
+mod sim;
+mod validate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mssql_cdc::telemetry::{logging, LogFormat};
+
+/// Change data capture from SQL Server to Kafka and Delta Lake.
+#[derive(Debug, Parser)]
+#[command(name = "mssql-cdc", version, about, long_about = None)]
+pub struct Cli {
+    /// Log line format on standard error.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the embedded demo (today: the embedded broker and a Kafka round trip; see README)
+    #[cfg(feature = "embedded-broker")]
+    Demo(demo::DemoArgs),
+    /// Run the embedded Kafka-protocol broker (tansu) until SIGINT/SIGTERM
+    #[cfg(feature = "embedded-broker")]
+    Broker(broker::BrokerArgs),
+    /// The SQL Server simulator: serve it over TDS, or drive a workload
+    Sim(sim::SimArgs),
+    /// Check worker and connector files without connecting anywhere (exit 2 on problems)
+    Validate(validate::ValidateArgs),
+}
+
+/// Runs the chosen subcommand.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    logging::init(cli.log_format, "info");
+    match cli.command {
+        #[cfg(feature = "embedded-broker")]
+        Command::Demo(args) => runtime()?.block_on(demo::run(args)),
+        #[cfg(feature = "embedded-broker")]
+        Command::Broker(args) => runtime()?.block_on(broker::run(args)),
+        Command::Sim(args) => sim::run(args),
+        Command::Validate(args) => validate::run(args),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}

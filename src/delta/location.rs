@@ -1,0 +1,32 @@
+//! Where a Delta table lives: a local path or an object-store URL.
+
+/// URL schemes accepted for tables, besides plain local paths.
+pub const TABLE_SCHEMES: &[&str] = &["file", "s3", "s3a", "gs", "az", "abfs", "abfss", "memory"];
+
+/// The expected form of a table location, for problems.
+pub const TABLE_FORM: &str = "a local path or a URL with scheme file, s3, s3a, gs, az, abfs or abfss";
+
+/// Whether `location` names a table: a non-empty local path, or a URL with a known scheme.
+pub fn is_valid_table_location(location: &str) -> bool {
+    if location.trim().is_empty() {
+        return false;
+    }
+    match location.split_once("://") {
+        Some((scheme, rest)) => TABLE_SCHEMES.contains(&scheme) && !rest.is_empty(),
+        None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_locations() {
+        assert!(is_valid_table_location("./data/bronze/orders"));
+        assert!(is_valid_table_location("s3://lake/bronze/orders"));
+        assert!(!is_valid_table_location(""));
+        assert!(!is_valid_table_location("ftp://x/y"));
+        assert!(!is_valid_table_location("s3://"));
+    }
+}

@@ -1,0 +1,3 @@
+//! Delta Lake plumbing shared by the sinks. The table writers arrive with the bronze sink.
+
+pub mod location;

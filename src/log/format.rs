@@ -1,0 +1,59 @@
+//! How records are encoded on the log, and where Avro schemas are registered.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::problem::Problems;
+use crate::config::secret::Secret;
+
+/// The encoding of data records.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordFormat {
+    /// One JSON object per record (default).
+    #[default]
+    Json,
+    /// Avro in the Confluent wire format (magic byte 0, 4-byte schema id), with a schema
+    /// registry.
+    Avro,
+}
+
+/// A Confluent-compatible schema registry (the `schema_registry` table).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchemaRegistryConfig {
+    /// Base URL, e.g. `http://schema-registry:8081`. Required.
+    pub url: Option<String>,
+    /// Basic-auth user, if the registry needs one.
+    pub user: Option<String>,
+    /// Basic-auth password: a string, `{ env = "VAR" }` or `{ file = "/path" }`. Redacted.
+    pub password: Option<Secret>,
+}
+
+impl SchemaRegistryConfig {
+    /// Checks the table; keys are relative to `schema_registry`.
+    pub fn validate(&self, problems: &mut Problems) {
+        match self.url.as_deref().map(url::Url::parse) {
+            None => problems.missing("url", "an http(s) URL such as \"http://schema-registry:8081\""),
+            Some(Ok(url)) if matches!(url.scheme(), "http" | "https") => {}
+            Some(_) => problems.invalid("url", "not an http(s) URL", "an http(s) URL such as \"http://schema-registry:8081\""),
+        }
+        if self.password.is_some() && self.user.is_none() {
+            problems.missing("user", "a user name to go with password");
+        }
+    }
+}
+
+/// Checks `format` and `schema_registry` together: Avro needs a registry.
+pub fn validate_format(format: RecordFormat, registry: Option<&SchemaRegistryConfig>, problems: &mut Problems) {
+    match (format, registry) {
+        (RecordFormat::Avro, None) => {
+            problems.missing("schema_registry", "a [schema_registry] table with url, since format = \"avro\"")
+        }
+        (_, Some(registry)) => {
+            let mut nested = Problems::under("schema_registry");
+            registry.validate(&mut nested);
+            problems.extend(nested);
+        }
+        (RecordFormat::Json, None) => {}
+    }
+}

@@ -1,0 +1,112 @@
+//! [`BronzeOptions`]: the options of a `delta-bronze` connector file.
+
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::problem::Problems;
+use crate::delta::location::{is_valid_table_location, TABLE_FORM};
+use crate::kafka::config::Properties;
+use crate::log::format::{validate_format, RecordFormat, SchemaRegistryConfig};
+use crate::log::topic::{is_valid_topic, TOPIC_FORM};
+use crate::stage::ConnectorKind;
+
+/// Options of `delta-bronze`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BronzeOptions {
+    /// The data topic to follow, `<topic_prefix>.<database>.<schema>.<table>`. Required.
+    pub topic: Option<String>,
+    /// Its control topic. Default `<topic>.control`.
+    pub control_topic: Option<String>,
+    /// The bronze table: a local path or an `s3://`, `gs://`, `az://` URL. Required.
+    pub target: Option<String>,
+    /// The writer's identity in the Delta `txn` actions; one per feed and table. Required.
+    pub app_id: Option<String>,
+    /// The facts table (one row per batch and event). Default: no facts.
+    pub facts_table: Option<String>,
+    /// Encoding of data records: `json` (default) or `avro`.
+    pub format: RecordFormat,
+    /// Schema registry, required with `format = "avro"`.
+    pub schema_registry: Option<SchemaRegistryConfig>,
+    /// librdkafka consumer properties passed through.
+    pub consumer_properties: Properties,
+    /// What to do with a record that cannot be decoded (the `[errors]` table).
+    pub errors: ErrorsConfig,
+}
+
+/// Handling of undecodable records, as Kafka Connect's `errors.*` settings.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ErrorsConfig {
+    /// `none` (default): stop, naming topic, partition and offset. `all`: send the record to
+    /// `dead_letter_topic` and go on.
+    pub tolerance: Tolerance,
+    /// Where undecodable records go with `tolerance = "all"` (required then).
+    pub dead_letter_topic: Option<String>,
+}
+
+/// Kafka Connect's `errors.tolerance`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Tolerance {
+    /// Stop at the first bad record.
+    #[default]
+    None,
+    /// Dead-letter bad records and continue.
+    All,
+}
+
+impl ConnectorKind for BronzeOptions {
+    const KIND: &'static str = "delta-bronze";
+    const SUMMARY: &'static str = "Kafka to a bronze Delta table and the facts table, exactly once";
+
+    fn validate(&self, problems: &mut Problems) {
+        for (key, topic, required) in
+            [("topic", &self.topic, true), ("control_topic", &self.control_topic, false), ("errors.dead_letter_topic", &self.errors.dead_letter_topic, false)]
+        {
+            match topic {
+                None if required => problems.missing(key, TOPIC_FORM),
+                Some(topic) if !is_valid_topic(topic) => problems.invalid(key, "not a topic name", TOPIC_FORM),
+                _ => {}
+            }
+        }
+        for (key, table, required) in [("target", &self.target, true), ("facts_table", &self.facts_table, false)] {
+            match table {
+                None if required => problems.missing(key, TABLE_FORM),
+                Some(table) if !is_valid_table_location(table) => problems.invalid(key, "not a table location", TABLE_FORM),
+                _ => {}
+            }
+        }
+        match &self.app_id {
+            None => problems.missing("app_id", "a stable writer id such as \"orders-bronze-v1\""),
+            Some(app_id) if app_id.trim().is_empty() || app_id.contains('#') => {
+                problems.invalid("app_id", "not an app id", "a non-empty string without '#'")
+            }
+            Some(_) => {}
+        }
+        validate_format(self.format, self.schema_registry.as_ref(), problems);
+        if self.errors.tolerance == Tolerance::All && self.errors.dead_letter_topic.is_none() {
+            problems.missing("errors.dead_letter_topic", "a topic for undecodable records, since errors.tolerance = \"all\"");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerance_all_needs_a_dead_letter_topic() {
+        let options = BronzeOptions {
+            topic: Some("cdc.db.dbo.orders".into()),
+            target: Some("./bronze".into()),
+            app_id: Some("orders".into()),
+            errors: ErrorsConfig { tolerance: Tolerance::All, dead_letter_topic: None },
+            ..BronzeOptions::default()
+        };
+        let mut problems = Problems::under("");
+        options.validate(&mut problems);
+        let keys: Vec<String> = problems.into_vec().into_iter().map(|problem| problem.key).collect();
+        assert_eq!(keys, vec!["errors.dead_letter_topic"]);
+    }
+}

@@ -1,0 +1,4 @@
+//! Sink connectors: consume the Kafka log into Delta tables.
+
+pub mod bronze;
+pub mod silver;

@@ -1,0 +1,3 @@
+//! Source connectors: read a database's change feed and publish it to the Kafka log.
+
+pub mod mssql;

@@ -1,0 +1,18 @@
+//! Structured logs on standard error through `tracing`.
+
+use tracing_subscriber::EnvFilter;
+
+use super::config::LogFormat;
+
+/// Installs the global subscriber: `RUST_LOG` if set, else `level`. Safe to call once per
+/// process; later calls are ignored.
+pub fn init(format: LogFormat, level: &str) {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _already_set = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
