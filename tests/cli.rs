@@ -29,3 +29,14 @@ fn demo_round_trips_records_through_the_embedded_broker() {
     assert!(stdout.contains("produced 2000 records"), "{stdout}");
     assert!(stdout.contains("consumed 2000 records"), "{stdout}");
 }
+
+/// Invariant: the simulator benchmark reads over TDS exactly the change rows the workload
+/// produced (the command fails otherwise).
+#[test]
+fn sim_bench_reads_every_change_over_tds() {
+    let output = Command::new(support::bin()).args(["sim", "bench", "--changes", "3000"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("3000 changes"), "{stdout}");
+    assert!(stdout.contains("tiberius read over TDS"), "{stdout}");
+}

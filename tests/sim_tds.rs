@@ -170,16 +170,18 @@ if driver == "pytds":
     import pytds
     conn = pytds.connect(server="127.0.0.1", port=port, user="sa", password=password, database="sales", autocommit=True)
     p = "%s"
+    blob = pytds.Binary(b"\x00\x01\xff")  # python-tds sends plain bytes as text
 else:
     import pymssql
     conn = pymssql.connect(server="127.0.0.1", port=port, user="sa", password=password, database="sales", autocommit=True, tds_version="7.4")
     p = "%s"
+    blob = b"\x00\x01\xff"
 cur = conn.cursor()
 table = "dbo.py_" + driver
 cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, name nvarchar(50), amount decimal(18,4), at datetime2(3), flag bit, data varbinary(20))")
 cur.execute("EXEC sys.sp_cdc_enable_db")
 cur.execute(f"EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'py_{driver}', @role_name = NULL")
-values = (1, "grüße 🚚", decimal.Decimal("-1234.5678"), datetime.datetime(2026, 3, 29, 2, 30, 0, 123000), True, b"\x00\x01\xff")
+values = (1, "grüße 🚚", decimal.Decimal("-1234.5678"), datetime.datetime(2026, 3, 29, 2, 30, 0, 123000), True, blob)
 cur.execute(f"INSERT INTO {table} VALUES ({p}, {p}, {p}, {p}, {p}, {p})", values)
 cur.execute(f"INSERT INTO {table} VALUES ({p}, NULL, NULL, NULL, NULL, NULL)", (2,))
 cur.execute(f"UPDATE {table} SET name = {p} WHERE id = 1", ("neu",))

@@ -53,6 +53,7 @@ pub enum LoadError {
 pub struct Document {
     figment: Figment,
     dict: Dict,
+    env_prefix: Option<String>,
 }
 
 impl Document {
@@ -73,19 +74,19 @@ impl Document {
             path: origin.to_owned(),
             message: error.to_string(),
         })?;
-        Ok(Self { figment, dict })
+        Ok(Self { figment, dict, env_prefix: None })
     }
 
     /// An empty document (every key at its default), for a worker without a file.
     pub fn empty() -> Self {
-        Self { figment: Figment::new(), dict: Dict::new() }
+        Self { figment: Figment::new(), dict: Dict::new(), env_prefix: None }
     }
 
     /// Layers the environment variables starting with `prefix` over the file.
     pub fn with_env(self, prefix: &str) -> Self {
         let figment = self.figment.merge(Env::prefixed(prefix).split("__"));
         let dict = figment.extract::<Dict>().unwrap_or(self.dict);
-        Self { figment, dict }
+        Self { figment, dict, env_prefix: Some(prefix.to_owned()) }
     }
 
     /// A top-level string key, if present and a string.
@@ -104,7 +105,7 @@ impl Document {
         for key in keys {
             dict.remove(*key);
         }
-        Self { figment: self.figment.clone(), dict }
+        Self { figment: self.figment.clone(), dict, env_prefix: self.env_prefix.clone() }
     }
 
     /// Deserialises the document into `T`, collecting every problem.
@@ -139,7 +140,9 @@ impl Document {
     /// Names the environment variable a key came from, when it did.
     fn origin_of(&self, key: &str) -> Option<String> {
         let metadata = self.figment.find_metadata(key)?;
-        (metadata.name.contains("environment")).then(|| metadata.interpolate(&figment::Profile::Default, &key.split('.').collect::<Vec<_>>()))
+        let prefix = self.env_prefix.as_deref()?;
+        let variable = key.split('.').map(str::to_ascii_uppercase).collect::<Vec<_>>().join("__");
+        metadata.name.contains("environment").then(|| format!("{prefix}{variable}"))
     }
 }
 

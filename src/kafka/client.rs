@@ -27,10 +27,15 @@ impl KafkaConfig {
             .set("client.id", &self.client_id)
             .set("security.protocol", self.security_protocol.as_librdkafka());
         if let Some(sasl) = &self.sasl {
-            config
-                .set("sasl.mechanism", sasl.mechanism.as_librdkafka())
-                .set("sasl.username", &sasl.username)
-                .set("sasl.password", sasl.password.resolve()?.expose());
+            if let Some(mechanism) = sasl.mechanism {
+                config.set("sasl.mechanism", mechanism.as_librdkafka());
+            }
+            if let Some(username) = &sasl.username {
+                config.set("sasl.username", username);
+            }
+            if let Some(password) = &sasl.password {
+                config.set("sasl.password", password.resolve()?.expose());
+            }
         }
         let tls = &self.tls;
         if let Some(path) = &tls.ca_location {
@@ -62,9 +67,9 @@ mod tests {
             bootstrap_servers: "b1:9092,b2:9092".into(),
             security_protocol: SecurityProtocol::SaslSsl,
             sasl: Some(SaslConfig {
-                mechanism: SaslMechanism::ScramSha512,
-                username: "svc".into(),
-                password: Secret::Inline(SecretString::new("pw".into())),
+                mechanism: Some(SaslMechanism::ScramSha512),
+                username: Some("svc".into()),
+                password: Some(Secret::Inline(SecretString::new("pw".into()))),
             }),
             ..KafkaConfig::default()
         };

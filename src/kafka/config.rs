@@ -75,16 +75,16 @@ impl SecurityProtocol {
     }
 }
 
-/// A SASL login (the `[kafka.sasl]` table).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+/// A SASL login (the `[kafka.sasl]` table). All three keys are required.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
 pub struct SaslConfig {
     /// `plain`, `scram_sha_256` or `scram_sha_512`.
-    pub mechanism: SaslMechanism,
+    pub mechanism: Option<SaslMechanism>,
     /// The login name.
-    pub username: String,
+    pub username: Option<String>,
     /// The password: a string, `{ env = "VAR" }` or `{ file = "/path" }`. Always redacted.
-    pub password: Secret,
+    pub password: Option<Secret>,
 }
 
 /// SASL mechanisms supported without extra system libraries.
@@ -94,8 +94,10 @@ pub enum SaslMechanism {
     /// `PLAIN`: the password travels as is (use with `sasl_ssl`).
     Plain,
     /// `SCRAM-SHA-256`.
+    #[serde(rename = "scram_sha_256")]
     ScramSha256,
     /// `SCRAM-SHA-512`.
+    #[serde(rename = "scram_sha_512")]
     ScramSha512,
 }
 
@@ -188,6 +190,11 @@ impl KafkaConfig {
                 "set, but security_protocol does not use SASL",
                 "security_protocol = sasl_plaintext or sasl_ssl",
             ),
+            (Some(sasl), true) => {
+                problems.require("sasl.mechanism", &sasl.mechanism, "plain, scram_sha_256 or scram_sha_512");
+                problems.require("sasl.username", &sasl.username, "the SASL login name");
+                problems.require("sasl.password", &sasl.password, "a string, { env = \"VAR\" } or { file = \"/path\" }");
+            }
             _ => {}
         }
         if self.tls.certificate_location.is_some() != self.tls.key_location.is_some() {

@@ -367,7 +367,8 @@ impl Database {
         }
         if !self.cdc.instances.is_empty() {
             let idle = chrono::Duration::from_std(self.config.idle_entry_interval).unwrap_or_default();
-            let quiet_since = self.cdc.last_entry_at.unwrap_or(now - idle);
+            // The quiet period starts when the capture job first sees an instance.
+            let quiet_since = *self.cdc.last_entry_at.get_or_insert(now);
             if self.pending.is_empty() && now - quiet_since >= idle {
                 let lsn = self.next_lsn();
                 let local = self.config.zone.local(now);

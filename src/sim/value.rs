@@ -144,9 +144,9 @@ impl Value {
             Value::Text(text) => text.clone(),
             Value::Binary(bytes) => String::from_utf8_lossy(bytes).into_owned(),
             Value::Date(d) => d.format("%Y-%m-%d").to_string(),
-            Value::Time(t) => t.format("%H:%M:%S%.7f").to_string(),
-            Value::DateTime(dt) => dt.format("%Y-%m-%d %H:%M:%S%.7f").to_string(),
-            Value::DateTimeOffset(dt) => dt.format("%Y-%m-%d %H:%M:%S%.7f %:z").to_string(),
+            Value::Time(t) => format!("{}.{:07}", t.format("%H:%M:%S"), t.nanosecond() / 100),
+            Value::DateTime(dt) => format!("{}.{:07}", dt.format("%Y-%m-%d %H:%M:%S"), dt.nanosecond() / 100),
+            Value::DateTimeOffset(dt) => format!("{}.{:07} {}", dt.format("%Y-%m-%d %H:%M:%S"), dt.nanosecond() / 100, dt.format("%:z")),
             Value::Guid(g) => g.to_string().to_uppercase(),
         })
     }
@@ -214,7 +214,8 @@ fn fits_precision(value: i128, precision: u8) -> bool {
 
 fn text_len(text: &str, target: SqlType) -> (usize, Option<u32>) {
     match target {
-        SqlType::Char(n) | SqlType::VarChar(Len::N(n)) => (text.len(), Some(n)),
+        // Single-byte code page: one byte per character.
+        SqlType::Char(n) | SqlType::VarChar(Len::N(n)) => (text.chars().count(), Some(n)),
         SqlType::NChar(n) | SqlType::NVarChar(Len::N(n)) => (text.encode_utf16().count(), Some(n)),
         _ => (0, None),
     }
@@ -227,13 +228,7 @@ fn truncate_text(text: &str, target: SqlType, limit: u32) -> String {
             let units: Vec<u16> = text.encode_utf16().take(limit).collect();
             String::from_utf16_lossy(&units)
         }
-        _ => {
-            let mut end = limit.min(text.len());
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text[..end].to_owned()
-        }
+        _ => text.chars().take(limit).collect(),
     }
 }
 
