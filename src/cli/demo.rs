@@ -115,6 +115,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         megabytes / consume_secs
     );
     println!("the CDC pipeline (simulator, source, bronze, silver) is not part of the demo yet: see README");
+    // Close the clients before the broker so they do not report it gone.
+    drop(consumer);
+    drop(producer);
+    drop(admin);
     shutdown.cancel();
     broker.stop().await;
     Ok(ExitCode::SUCCESS)

@@ -1,5 +1,7 @@
 //! Where a Delta table lives: a local path or an object-store URL.
 
+use crate::config::problem::Problems;
+
 /// URL schemes accepted for tables, besides plain local paths.
 pub const TABLE_SCHEMES: &[&str] = &["file", "s3", "s3a", "gs", "az", "abfs", "abfss", "memory"];
 
@@ -14,6 +16,15 @@ pub fn is_valid_table_location(location: &str) -> bool {
     match location.split_once("://") {
         Some((scheme, rest)) => TABLE_SCHEMES.contains(&scheme) && !rest.is_empty(),
         None => true,
+    }
+}
+
+/// Checks an optional table location option: missing (when required) or malformed.
+pub fn check_location(problems: &mut Problems, key: &str, location: Option<&str>, required: bool) {
+    match location {
+        None if required => problems.missing(key, TABLE_FORM),
+        Some(location) if !is_valid_table_location(location) => problems.invalid(key, "not a table location", TABLE_FORM),
+        _ => {}
     }
 }
 

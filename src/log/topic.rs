@@ -1,5 +1,7 @@
 //! Kafka topic names.
 
+use crate::config::problem::Problems;
+
 /// Kafka's limit on a topic name's length.
 pub const MAX_TOPIC_LEN: usize = 249;
 
@@ -12,6 +14,15 @@ pub fn is_valid_topic(name: &str) -> bool {
         && name != "."
         && name != ".."
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Checks an optional topic option: missing (when required) or not a topic name.
+pub fn check_topic(problems: &mut Problems, key: &str, topic: Option<&str>, required: bool) {
+    match topic {
+        None if required => problems.missing(key, TOPIC_FORM),
+        Some(topic) if !is_valid_topic(topic) => problems.invalid(key, "not a topic name", TOPIC_FORM),
+        _ => {}
+    }
 }
 
 /// The control topic that belongs to a data topic: `<data topic>.control`.

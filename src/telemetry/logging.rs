@@ -4,11 +4,14 @@ use tracing_subscriber::EnvFilter;
 
 use super::config::LogFormat;
 
-/// Installs the global subscriber: `RUST_LOG` if set, else `level`. Safe to call once per
-/// process; later calls are ignored.
+/// The embedded broker's crates log every request at info; keep them to warnings unless asked.
+const QUIET_DEPENDENCIES: &str = "tansu_broker=warn,tansu_storage=warn,tansu_service=warn,tansu_sans_io=warn,tansu_schema=warn,tansu_auth=warn,libsql=warn";
+
+/// Installs the global subscriber: `RUST_LOG` if set, else `level` (with the embedded
+/// broker's crates at `warn`). Safe to call once per process; later calls are ignored.
 pub fn init(format: LogFormat, level: &str) {
     let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
+        .or_else(|_| EnvFilter::try_new(format!("{level},{QUIET_DEPENDENCIES}")))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _already_set = match format {

@@ -1,6 +1,6 @@
 //! Built-in scalar functions, `CONVERT` styles and `AT TIME ZONE`.
 
-use chrono::{Datelike, NaiveDate, NaiveDateTime};
+use chrono::{Datelike, NaiveDateTime};
 
 use super::expr::{date_part, Ctx};
 use crate::sim::cdc::MappingRow;
@@ -530,9 +530,4 @@ pub fn at_time_zone(value: &Value, zone: &Value) -> SqlResult<Value> {
         },
         other => return Err(SqlError::new(8116, 16, format!("Argument data type {} is invalid for argument 1 of AT TIME ZONE function.", other.kind()))),
     })
-}
-
-/// The first day a `date` can hold, for encoders.
-pub fn epoch_date() -> NaiveDate {
-    NaiveDate::from_ymd_opt(1, 1, 1).expect("valid date")
 }

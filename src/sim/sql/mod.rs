@@ -258,9 +258,9 @@ impl Engine {
             match self.statement(session, statement, &params_map) {
                 Ok(outputs) => outcome.outputs.extend(outputs),
                 Err(error) => {
-                    // As SQL Server with XACT_ABORT off: the batch stops; an autocommit
-                    // statement's work is already undone. Severe errors end the transaction.
-                    if error.class >= 13 && error.number == 1205 {
+                    // As SQL Server with XACT_ABORT off: the batch stops and the failed
+                    // statement's work is undone; a deadlock victim loses its transaction.
+                    if error.number == 1205 {
                         self.rollback(session);
                     }
                     outcome.error = Some(error);

@@ -7,7 +7,6 @@ use std::time::Duration;
 use sqlparser::ast::{BinaryOperator, Expr, Set, SetSessionParamKind, Statement};
 
 use super::expr::{object_name, Compiler, Ctx, SessionInfo};
-use super::sources::change_table_columns;
 use super::{ColumnMeta, Engine, Output, ResultSet, Session};
 use crate::sim::cdc::{CaptureInstance, CapturedColumn};
 use crate::sim::db::Database;
@@ -353,7 +352,6 @@ fn help(db: &Database, args: &Args) -> ResultSet {
         .filter(|ci| schema.as_ref().is_none_or(|s| ci.source_schema.eq_ignore_ascii_case(s)))
         .filter(|ci| table.as_ref().is_none_or(|t| ci.source_table.eq_ignore_ascii_case(t)))
         .map(|ci| {
-            let _ = change_table_columns(ci);
             vec![
                 Value::Text(ci.source_schema.clone()),
                 Value::Text(ci.source_table.clone()),
@@ -404,25 +402,12 @@ pub fn set_statement(session: &mut Session, set: &Set) -> SqlResult<()> {
             let [value] = values.as_slice() else { return Err(SqlError::syntax("SET @variable = expression")) };
             let params: HashMap<String, Value> = session.variables.iter().map(|(k, (_, v))| (k.clone(), v.clone())).collect();
             let compiled = Compiler { scope: &[], params: &params, session: SessionInfo { spid: session.spid, tran_count: session.tran_count }, aggs: None }.compile(value)?;
-            if !compiled.is_constant() {
-                return Err(SqlError::unsupported("SET with a non-constant expression"));
-            }
-            let CompiledConst(value) = CompiledConst::from(compiled)?;
+            let super::expr::CExpr::Const(value) = compiled else {
+                return Err(SqlError::unsupported("SET @variable with a computed expression"));
+            };
             session.variables.insert(name, (ty, value.cast(ty)?));
             Ok(())
         }
         other => Err(SqlError::unsupported(&format!("`{other}`"))),
-    }
-}
-
-/// A compiled expression known to be a literal.
-struct CompiledConst(Value);
-
-impl CompiledConst {
-    fn from(expr: super::expr::CExpr) -> SqlResult<Self> {
-        match expr {
-            super::expr::CExpr::Const(value) => Ok(Self(value)),
-            _ => Err(SqlError::unsupported("SET with a computed expression")),
-        }
     }
 }

@@ -4,10 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::problem::Problems;
-use crate::delta::location::{is_valid_table_location, TABLE_FORM};
+use crate::delta::location::check_location;
 use crate::kafka::config::Properties;
 use crate::log::format::{validate_format, RecordFormat, SchemaRegistryConfig};
-use crate::log::topic::{is_valid_topic, TOPIC_FORM};
+use crate::log::topic::check_topic;
 use crate::stage::ConnectorKind;
 
 /// Options of `delta-bronze`.
@@ -61,22 +61,11 @@ impl ConnectorKind for BronzeOptions {
     const SUMMARY: &'static str = "Kafka to a bronze Delta table and the facts table, exactly once";
 
     fn validate(&self, problems: &mut Problems) {
-        for (key, topic, required) in
-            [("topic", &self.topic, true), ("control_topic", &self.control_topic, false), ("errors.dead_letter_topic", &self.errors.dead_letter_topic, false)]
-        {
-            match topic {
-                None if required => problems.missing(key, TOPIC_FORM),
-                Some(topic) if !is_valid_topic(topic) => problems.invalid(key, "not a topic name", TOPIC_FORM),
-                _ => {}
-            }
-        }
-        for (key, table, required) in [("target", &self.target, true), ("facts_table", &self.facts_table, false)] {
-            match table {
-                None if required => problems.missing(key, TABLE_FORM),
-                Some(table) if !is_valid_table_location(table) => problems.invalid(key, "not a table location", TABLE_FORM),
-                _ => {}
-            }
-        }
+        check_topic(problems, "topic", self.topic.as_deref(), true);
+        check_topic(problems, "control_topic", self.control_topic.as_deref(), false);
+        check_topic(problems, "errors.dead_letter_topic", self.errors.dead_letter_topic.as_deref(), false);
+        check_location(problems, "target", self.target.as_deref(), true);
+        check_location(problems, "facts_table", self.facts_table.as_deref(), false);
         match &self.app_id {
             None => problems.missing("app_id", "a stable writer id such as \"orders-bronze-v1\""),
             Some(app_id) if app_id.trim().is_empty() || app_id.contains('#') => {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::problem::Problems;
-use crate::delta::location::{is_valid_table_location, TABLE_FORM};
+use crate::delta::location::check_location;
 use crate::stage::ConnectorKind;
 
 /// Options of `delta-silver`.
@@ -44,18 +44,10 @@ impl ConnectorKind for SilverOptions {
     const SUMMARY: &'static str = "apply_changes from bronze into silver, and the finalized_until verdict";
 
     fn validate(&self, problems: &mut Problems) {
-        for (key, table, required) in [
-            ("bronze", &self.bronze, true),
-            ("target", &self.target, true),
-            ("control_table", &self.control_table, true),
-            ("facts_table", &self.facts_table, false),
-        ] {
-            match table {
-                None if required => problems.missing(key, TABLE_FORM),
-                Some(table) if !is_valid_table_location(table) => problems.invalid(key, "not a table location", TABLE_FORM),
-                _ => {}
-            }
-        }
+        check_location(problems, "bronze", self.bronze.as_deref(), true);
+        check_location(problems, "target", self.target.as_deref(), true);
+        check_location(problems, "control_table", self.control_table.as_deref(), true);
+        check_location(problems, "facts_table", self.facts_table.as_deref(), false);
         if self.app_id.as_deref().is_none_or(|app_id| app_id.trim().is_empty()) {
             problems.missing("app_id", "a stable writer id such as \"orders-silver-v1\"");
         }
