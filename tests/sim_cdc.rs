@@ -392,3 +392,25 @@ fn replaying_the_change_table_rebuilds_the_source_table() {
     let table = sim.table_rows("dbo", "orders").unwrap();
     assert_eq!(rebuilt.into_values().collect::<Vec<_>>(), table);
 }
+
+/// Invariant: a rolled-back transaction undoes DDL with its rows (ALTER TABLE, DROP TABLE), and
+/// a statement that fails half-way leaves nothing behind.
+#[test]
+fn rollback_undoes_ddl_and_failed_statements() {
+    let mut s = Sim::new(SimConfig::default());
+    s.exec("CREATE TABLE dbo.t (id int PRIMARY KEY, a int NULL, b nvarchar(10) NULL)");
+    s.exec("INSERT INTO dbo.t VALUES (1, 10, N'x'), (2, 20, N'y')");
+    s.exec("BEGIN TRAN; ALTER TABLE dbo.t DROP COLUMN a; INSERT INTO dbo.t VALUES (3, N'z'); ROLLBACK");
+    assert_eq!(s.query("SELECT id, a, b FROM dbo.t ORDER BY id").rows, vec![
+        vec![Value::Int(1), Value::Int(10), Value::Text("x".into())],
+        vec![Value::Int(2), Value::Int(20), Value::Text("y".into())],
+    ]);
+    s.exec("BEGIN TRAN; DROP TABLE dbo.t; ROLLBACK");
+    assert_eq!(int(&s.scalar("SELECT COUNT(*) FROM dbo.t")), 2);
+    // The second operation fails: the first is not kept.
+    assert_eq!(s.fail("ALTER TABLE dbo.t ADD c int NULL, DROP COLUMN nope").number, 4924);
+    assert_eq!(s.fail("SELECT c FROM dbo.t").number, 207);
+    // Variables live for one batch.
+    s.exec("DECLARE @x int = 5");
+    assert_eq!(s.fail("SELECT @x").number, 137);
+}

@@ -209,3 +209,25 @@ print("ok", driver)
         assert_eq!(output.trim(), format!("ok {driver}"));
     }
 }
+
+/// Invariant: a client that goes away with an open transaction loses it, as on SQL Server;
+/// nothing of it stays in the table or reaches CDC.
+#[tokio::test]
+async fn a_dropped_client_rolls_back_its_transaction() {
+    let server = SimServer::start(&[]);
+    let mut setup = connect(&server.client_config()).await.expect("login");
+    exec(&mut setup, "CREATE TABLE dbo.t (id int PRIMARY KEY)").await;
+    {
+        let mut client = connect(&server.client_config()).await.expect("login");
+        exec(&mut client, "BEGIN TRAN; INSERT INTO dbo.t VALUES (1)").await;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let row = setup.query("SELECT COUNT(*) FROM dbo.t", &[]).await.unwrap().into_row().await.unwrap().unwrap();
+        if row.get::<i32, _>(0) == Some(0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the dropped client's row is still there");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

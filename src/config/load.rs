@@ -66,8 +66,16 @@ impl Document {
 
     /// Parses TOML text (named `origin` in errors).
     pub fn parse(origin: &str, text: &str) -> Result<Self, LoadError> {
-        if let Err(error) = text.parse::<toml::Table>() {
-            return Err(LoadError::Syntax { path: origin.to_owned(), message: error.to_string().trim().to_owned() });
+        if let Err(error) = toml::from_str::<toml::Table>(text) {
+            // The parser's own rendering quotes the offending line, which may hold a secret:
+            // report its message and position only.
+            let position = error.span().map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                format!(" at line {line}, column {column}")
+            });
+            return Err(LoadError::Syntax { path: origin.to_owned(), message: format!("{}{}", error.message().trim(), position.unwrap_or_default()) });
         }
         let figment = Figment::from(Toml::string(text));
         let dict = figment.extract::<Dict>().map_err(|error| LoadError::Syntax {
@@ -211,7 +219,7 @@ fn describe(error: &figment::Error) -> (Vec<String>, Problem) {
             let message = if is_sensitive_key(&key) { "invalid value".to_owned() } else { message.clone() };
             Problem { key, message, expected: None, origin: None }
         }
-        other => Problem { key: path.join("."), message: other.to_string(), expected: None, origin: None },
+        _ => Problem { key: path.join("."), message: "unsupported value".to_owned(), expected: None, origin: None },
     };
     (path, problem)
 }

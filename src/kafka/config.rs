@@ -215,10 +215,26 @@ fn is_host_port(server: &str) -> bool {
     }
 }
 
-/// librdkafka properties passed through. `Debug` redacts values whose key looks secret.
-#[derive(Clone, Default, Deserialize, Serialize, PartialEq)]
+/// librdkafka properties passed through. `Debug` and `Serialize` redact values whose key
+/// looks secret.
+#[derive(Clone, Default, Deserialize, PartialEq)]
 #[serde(transparent)]
 pub struct Properties(pub BTreeMap<String, PropertyValue>);
+
+impl Serialize for Properties {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, value) in &self.0 {
+            if is_sensitive_key(key) {
+                map.serialize_entry(key, REDACTED)?;
+            } else {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.end()
+    }
+}
 
 impl std::ops::Deref for Properties {
     type Target = BTreeMap<String, PropertyValue>;

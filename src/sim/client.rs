@@ -11,8 +11,8 @@ use super::error::SqlError;
 use super::value::Value;
 use super::workload::SqlClient;
 
-/// Connection settings.
-#[derive(Clone, Debug)]
+/// Connection settings. `Debug` hides the password.
+#[derive(Clone)]
 pub struct ClientConfig {
     /// Server address.
     pub address: SocketAddr,
@@ -22,6 +22,12 @@ pub struct ClientConfig {
     pub password: String,
     /// Database.
     pub database: String,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig").field("address", &self.address).field("user", &self.user).field("password", &"***").field("database", &self.database).finish()
+    }
 }
 
 /// A connected tiberius client.

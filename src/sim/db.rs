@@ -19,8 +19,8 @@ use super::lsn::Lsn;
 use super::table::{RowKey, Table};
 use super::value::Value;
 
-/// How a simulated server behaves.
-#[derive(Clone, Debug)]
+/// How a simulated server behaves. `Debug` shows login names, never passwords.
+#[derive(Clone)]
 pub struct SimConfig {
     /// The database name (`DB_NAME()`).
     pub database: String,
@@ -32,6 +32,18 @@ pub struct SimConfig {
     pub idle_entry_interval: Duration,
     /// SQL logins: (user, password).
     pub logins: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for SimConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimConfig")
+            .field("database", &self.database)
+            .field("zone", &self.zone.windows_id)
+            .field("capture_lag", &self.capture_lag)
+            .field("idle_entry_interval", &self.idle_entry_interval)
+            .field("logins", &self.logins.iter().map(|(user, _)| user.as_str()).collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl Default for SimConfig {
@@ -101,6 +113,8 @@ enum Undo {
     Table { table: Box<Table> },
     /// Drop a table created in the transaction.
     Drop { table_id: i32 },
+    /// Put back a table dropped in the transaction.
+    Recreate { table: Box<Table> },
 }
 
 /// An open transaction of a session.
@@ -307,6 +321,14 @@ impl Database {
         self.rollback(partial);
     }
 
+    /// Drops a table, keeping it for rollback.
+    pub fn drop_table(&mut self, txn: &mut OpenTxn, key: &(String, String)) {
+        if let Some(table) = self.tables.remove(key) {
+            self.next_lsn();
+            txn.undo.push(Undo::Recreate { table: Box::new(table) });
+        }
+    }
+
     /// Commits: returns the commit LSN, or `None` for a transaction that wrote nothing.
     pub fn commit(&mut self, txn: OpenTxn) -> Option<Lsn> {
         if txn.changes.is_empty() && txn.ddl.is_empty() {
@@ -341,13 +363,14 @@ impl Database {
                     }
                 }
                 Undo::Table { table } => {
-                    let id = table.object_id;
-                    if let Some(current) = self.table_by_id_mut(id) {
-                        let rows = std::mem::take(&mut current.rows);
+                    // Undo runs newest first: row writes after the DDL are already undone, so
+                    // the saved definition with its rows is the state before the DDL.
+                    if let Some(current) = self.table_by_id_mut(table.object_id) {
                         *current = *table;
-                        // Row writes are undone separately; keep the rows as they are now.
-                        current.rows = rows;
                     }
+                }
+                Undo::Recreate { table } => {
+                    self.tables.insert((table.schema.to_ascii_lowercase(), table.name.to_ascii_lowercase()), *table);
                 }
             }
         }
@@ -362,8 +385,9 @@ impl Database {
         let now = self.clock.now();
         let lag = chrono::Duration::from_std(self.config.capture_lag).unwrap_or_default();
         while self.pending.front().is_some_and(|txn| txn.commit_time + lag <= now) {
-            let txn = self.pending.pop_front().expect("front exists");
-            self.harvest(txn);
+            if let Some(txn) = self.pending.pop_front() {
+                self.harvest(txn);
+            }
         }
         if !self.cdc.instances.is_empty() {
             let idle = chrono::Duration::from_std(self.config.idle_entry_interval).unwrap_or_default();

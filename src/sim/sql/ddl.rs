@@ -122,6 +122,17 @@ pub fn alter_table(db: &mut Database, txn: &mut OpenTxn, alter: &AlterTable, tex
         tracked_key = table.key_columns();
     }
     let before = table_mut(db, &alter.name)?.clone();
+    if let Err(error) = apply_operations(db, alter, &tracked_key) {
+        // A failed operation leaves nothing of the statement behind.
+        *table_mut(db, &alter.name)? = before;
+        return Err(error);
+    }
+    let table_id = before.object_id;
+    db.log_ddl(txn, before, DdlChange { table_id, text: text.to_owned(), altered_columns: Vec::new() });
+    Ok(())
+}
+
+fn apply_operations(db: &mut Database, alter: &AlterTable, tracked_key: &[String]) -> SqlResult<()> {
     for operation in &alter.operations {
         let table = table_mut(db, &alter.name)?;
         match operation {
@@ -160,8 +171,6 @@ pub fn alter_table(db: &mut Database, txn: &mut OpenTxn, alter: &AlterTable, tex
             other => return Err(SqlError::unsupported(&format!("ALTER TABLE {other}"))),
         }
     }
-    let table_id = before.object_id;
-    db.log_ddl(txn, before, DdlChange { table_id, text: text.to_owned(), altered_columns: Vec::new() });
     Ok(())
 }
 
@@ -193,9 +202,9 @@ pub fn alter_column(db: &mut Database, txn: &mut OpenTxn, table_name: &ObjectNam
     Ok(())
 }
 
-/// `DROP TABLE` (refused while CDC tracks the table, as SQL Server requires disabling first is
-/// not true there — it marks the instance `has_drop_pending`; the simulator refuses instead).
-pub fn drop_tables(db: &mut Database, _txn: &mut OpenTxn, names: &[ObjectName], if_exists: bool) -> SqlResult<()> {
+/// `DROP TABLE`. A table tracked by CDC is refused (SQL Server would mark its instances
+/// `has_drop_pending`; the simulator asks for them to be disabled first).
+pub fn drop_tables(db: &mut Database, txn: &mut OpenTxn, names: &[ObjectName], if_exists: bool) -> SqlResult<()> {
     for name in names {
         let (schema, table) = split_name(db, name)?;
         let key = (schema.to_ascii_lowercase(), table.to_ascii_lowercase());
@@ -208,7 +217,7 @@ pub fn drop_tables(db: &mut Database, _txn: &mut OpenTxn, names: &[ObjectName], 
         if db.cdc.instances.iter().any(|ci| ci.source_object_id == existing.object_id) {
             return Err(SqlError::unsupported("dropping a table tracked by CDC (disable its capture instances first)"));
         }
-        db.tables.remove(&key);
+        db.drop_table(txn, &key);
     }
     Ok(())
 }

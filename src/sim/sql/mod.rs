@@ -202,16 +202,16 @@ impl Engine {
 
     /// Runs `f` with the database locked (jobs and tests use it).
     pub fn with_db<T>(&self, f: impl FnOnce(&mut Database) -> T) -> T {
-        let mut db = self.db.lock().expect("database lock");
+        let mut db = self.db.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&mut db)
     }
 
     fn parse(&self, sql: &str) -> SqlResult<Arc<Vec<Stmt>>> {
-        if let Some(hit) = self.cache.lock().expect("cache lock").get(sql) {
+        if let Some(hit) = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(sql) {
             return Ok(hit.clone());
         }
         let parsed = Arc::new(parse_batch(sql)?);
-        let mut cache = self.cache.lock().expect("cache lock");
+        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if cache.len() >= CACHE_LIMIT {
             cache.clear();
         }
@@ -229,7 +229,10 @@ impl Engine {
                 return outcome;
             }
         };
-        let mut params_map: HashMap<String, Value> = params.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+        // Variables live for one batch, as in T-SQL.
+        session.variables.clear();
+        let given: HashMap<String, Value> = params.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+        let mut params_map = given.clone();
         for statement in statements.iter() {
             let simulator_call = matches!(statement, Stmt::Sql(s) if procs::is_simulator_procedure(s));
             if !simulator_call {
@@ -253,7 +256,9 @@ impl Engine {
                 }
             }
             for (name, (_, value)) in &session.variables {
-                params_map.insert(name.clone(), value.clone());
+                if !given.contains_key(name) {
+                    params_map.insert(name.clone(), value.clone());
+                }
             }
             match self.statement(session, statement, &params_map) {
                 Ok(outputs) => outcome.outputs.extend(outputs),
@@ -279,7 +284,7 @@ impl Engine {
     }
 
     fn statement(&self, session: &mut Session, statement: &Stmt, params: &HashMap<String, Value>) -> SqlResult<Vec<Output>> {
-        let mut db = self.db.lock().expect("database lock");
+        let mut db = self.db.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         db.run_capture();
         let info = SessionInfo { spid: session.spid, tran_count: session.tran_count };
         let statement = match statement {

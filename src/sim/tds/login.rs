@@ -3,8 +3,8 @@
 use super::wire::{Put, Reader};
 use crate::sim::error::{SqlError, SqlResult};
 
-/// What LOGIN7 carried.
-#[derive(Debug, Default)]
+/// What LOGIN7 carried. Deliberately not `Debug`: it holds a password.
+#[derive(Default)]
 pub struct Login {
     /// Requested packet size.
     pub packet_size: u32,

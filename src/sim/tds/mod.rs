@@ -35,6 +35,10 @@ const PRELOGIN: u8 = 0x12;
 const REPLY: u8 = 0x04;
 /// The server name ERROR tokens carry.
 const SERVER_NAME: &str = "mssql-cdc-sim";
+/// The largest request accepted before login (PRELOGIN, LOGIN7), bytes.
+const MAX_LOGIN_MESSAGE: usize = 64 * 1024;
+/// The largest request accepted after login, bytes.
+const MAX_MESSAGE: usize = 256 * 1024 * 1024;
 
 /// Errors of the TDS server itself (not SQL errors, which go to the client).
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +59,7 @@ struct Message {
     payload: Vec<u8>,
 }
 
-async fn read_message(stream: &mut TcpStream) -> std::io::Result<Option<Message>> {
+async fn read_message(stream: &mut TcpStream, limit: usize) -> std::io::Result<Option<Message>> {
     let mut payload = Vec::new();
     loop {
         let mut header = [0u8; 8];
@@ -70,6 +74,9 @@ async fn read_message(stream: &mut TcpStream) -> std::io::Result<Option<Message>
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "TDS packet shorter than its header"));
         }
         let start = payload.len();
+        if start + length - 8 > limit {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("TDS request larger than {limit} bytes")));
+        }
         payload.resize(start + length - 8, 0);
         stream.read_exact(&mut payload[start..]).await?;
         if header[1] & 0x01 != 0 {
@@ -88,7 +95,7 @@ async fn write_message(stream: &mut TcpStream, payload: &[u8], packet_size: usiz
         out.push(u8::from(index == last));
         out.extend_from_slice(&((piece.len() + 8) as u16).to_be_bytes());
         out.extend_from_slice(&spid.to_be_bytes());
-        out.push((index % 256) as u8 + 1);
+        out.push((index as u8).wrapping_add(1));
         out.push(0);
         out.extend_from_slice(piece);
     }
@@ -129,16 +136,25 @@ pub async fn start(sim: Simulator, address: SocketAddr, shutdown: CancellationTo
 }
 
 async fn connection(sim: Simulator, mut stream: TcpStream) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
     let mut session = sim.session();
+    let result = converse(&sim, &mut stream, &mut session).await;
+    // However the connection ended, its open transaction is rolled back, as SQL Server does.
+    if session.tran_count() > 0 {
+        let _ = run_in(&sim, &mut session, "ROLLBACK".to_owned(), Vec::new()).await;
+    }
+    result
+}
+
+async fn converse(sim: &Simulator, stream: &mut TcpStream, session: &mut Session) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
     let spid = session.spid;
     let mut packet_size = 4096usize;
     let mut logged_in = false;
     let mut tran_descriptor: u64 = 0;
-    while let Some(message) = read_message(&mut stream).await? {
+    while let Some(message) = read_message(stream, if logged_in { MAX_MESSAGE } else { MAX_LOGIN_MESSAGE }).await? {
         match message.kind {
             PRELOGIN if !logged_in => {
-                write_message(&mut stream, &login::prelogin_reply(), 4096, spid).await?;
+                write_message(stream, &login::prelogin_reply(), 4096, spid).await?;
             }
             LOGIN7 if !logged_in => {
                 let mut response = Response::default();
@@ -147,7 +163,7 @@ async fn connection(sim: Simulator, mut stream: TcpStream) -> std::io::Result<()
                     Err(error) => {
                         response.message(&error, SERVER_NAME);
                         response.done(DoneKind::Done, DONE_ERROR, 0);
-                        write_message(&mut stream, &response.bytes, 4096, spid).await?;
+                        write_message(stream, &response.bytes, 4096, spid).await?;
                         return Ok(());
                     }
                 };
@@ -160,7 +176,7 @@ async fn connection(sim: Simulator, mut stream: TcpStream) -> std::io::Result<()
                     }
                     response.message(&SqlError::login_failed(&login.user), SERVER_NAME);
                     response.done(DoneKind::Done, DONE_ERROR, 0);
-                    write_message(&mut stream, &response.bytes, 4096, spid).await?;
+                    write_message(stream, &response.bytes, 4096, spid).await?;
                     return Ok(());
                 }
                 packet_size = if login.packet_size == 0 { 4096 } else { (login.packet_size as usize).clamp(512, 32_767) };
@@ -172,7 +188,7 @@ async fn connection(sim: Simulator, mut stream: TcpStream) -> std::io::Result<()
                 response.login_ack();
                 response.env_text(4, &packet_size.to_string(), "4096");
                 response.done(DoneKind::Done, 0, 0);
-                write_message(&mut stream, &response.bytes, 4096, spid).await?;
+                write_message(stream, &response.bytes, 4096, spid).await?;
                 logged_in = true;
             }
             _ if !logged_in => return Ok(()),
@@ -183,33 +199,31 @@ async fn connection(sim: Simulator, mut stream: TcpStream) -> std::io::Result<()
                         String::from_utf16_lossy(&units)
                     }
                     Err(error) => {
-                        send_error(&mut stream, &error, packet_size, spid, DoneKind::Done).await?;
+                        send_error(stream, &error, packet_size, spid, DoneKind::Done).await?;
                         continue;
                     }
                 };
-                let (outcome, session_back) = run(&sim, session, sql, Vec::new()).await;
-                session = session_back;
+                let outcome = run_in(&sim, session, sql, Vec::new()).await;
                 if outcome.disconnect {
-                    return drop_mid_response(&mut stream, spid).await;
+                    return drop_mid_response(stream, spid).await;
                 }
                 let response = batch_response(&outcome, false);
-                write_message(&mut stream, &response.bytes, packet_size, spid).await?;
+                write_message(stream, &response.bytes, packet_size, spid).await?;
             }
             RPC => {
                 let request = match parse_rpc(&message.payload) {
                     Ok(request) => request,
                     Err(error) => {
-                        send_error(&mut stream, &error, packet_size, spid, DoneKind::Proc).await?;
+                        send_error(stream, &error, packet_size, spid, DoneKind::Proc).await?;
                         continue;
                     }
                 };
-                let (outcome, session_back) = run(&sim, session, request.sql, request.params).await;
-                session = session_back;
+                let outcome = run_in(&sim, session, request.sql, request.params).await;
                 if outcome.disconnect {
-                    return drop_mid_response(&mut stream, spid).await;
+                    return drop_mid_response(stream, spid).await;
                 }
                 let response = batch_response(&outcome, true);
-                write_message(&mut stream, &response.bytes, packet_size, spid).await?;
+                write_message(stream, &response.bytes, packet_size, spid).await?;
             }
             TRANSACTION_MANAGER => {
                 let mut response = Response::default();
@@ -234,8 +248,7 @@ async fn connection(sim: Simulator, mut stream: TcpStream) -> std::io::Result<()
                     _ => "",
                 };
                 if !sql.is_empty() {
-                    let (outcome, session_back) = run(&sim, session, sql.to_owned(), Vec::new()).await;
-                    session = session_back;
+                    let outcome = run_in(&sim, session, sql.to_owned(), Vec::new()).await;
                     if let Some(error) = &outcome.error {
                         response.message(error, SERVER_NAME);
                     }
@@ -250,8 +263,7 @@ async fn connection(sim: Simulator, mut stream: TcpStream) -> std::io::Result<()
                         response.env_bytes(if request_type == 7 { 9 } else { 10 }, &[], &old);
                         tran_descriptor = 0;
                         if flags & 0x01 != 0 {
-                            let (_, session_back) = run(&sim, session, "BEGIN TRANSACTION".to_owned(), Vec::new()).await;
-                            session = session_back;
+                            run_in(&sim, session, "BEGIN TRANSACTION".to_owned(), Vec::new()).await;
                             tran_descriptor = old_plus_one(old);
                             response.env_bytes(8, &tran_descriptor.to_le_bytes(), &[]);
                         }
@@ -259,22 +271,18 @@ async fn connection(sim: Simulator, mut stream: TcpStream) -> std::io::Result<()
                     _ => {}
                 }
                 response.done(DoneKind::Done, 0, 0);
-                write_message(&mut stream, &response.bytes, packet_size, spid).await?;
+                write_message(stream, &response.bytes, packet_size, spid).await?;
             }
             ATTENTION => {
                 let mut response = Response::default();
                 response.done(DoneKind::Done, DONE_ATTN, 0);
-                write_message(&mut stream, &response.bytes, packet_size, spid).await?;
+                write_message(stream, &response.bytes, packet_size, spid).await?;
             }
             other => {
                 let error = SqlError::new(4002, 16, format!("The incoming tabular data stream (TDS) protocol stream is incorrect: packet type 0x{other:02X} is not supported."));
-                send_error(&mut stream, &error, packet_size, spid, DoneKind::Done).await?;
+                send_error(stream, &error, packet_size, spid, DoneKind::Done).await?;
             }
         }
-    }
-    // The client went away: undo its open transaction, as SQL Server does.
-    if session.tran_count() > 0 {
-        let _ = run(&sim, session, "ROLLBACK".to_owned(), Vec::new()).await;
     }
     Ok(())
 }
@@ -300,15 +308,24 @@ async fn send_error(stream: &mut TcpStream, error: &SqlError, packet_size: usize
     write_message(stream, &response.bytes, packet_size, spid).await
 }
 
-/// Runs a batch on a blocking thread (the engine is synchronous; faults may sleep).
-async fn run(sim: &Simulator, mut session: Session, sql: String, params: Vec<(String, Value)>) -> (BatchOutcome, Session) {
+/// Runs a batch on a blocking thread (the engine is synchronous; faults may sleep). A panic
+/// in the engine becomes error 50000 for this client instead of ending the server.
+async fn run_in(sim: &Simulator, session: &mut Session, sql: String, params: Vec<(String, Value)>) -> BatchOutcome {
     let sim = sim.clone();
-    tokio::task::spawn_blocking(move || {
-        let outcome = sim.execute(&mut session, &sql, &params);
-        (outcome, session)
+    let spid = session.spid;
+    let mut owned = std::mem::replace(session, Session::new(spid));
+    let joined = tokio::task::spawn_blocking(move || {
+        let outcome = sim.execute(&mut owned, &sql, &params);
+        (outcome, owned)
     })
-    .await
-    .expect("the engine does not panic")
+    .await;
+    match joined {
+        Ok((outcome, back)) => {
+            *session = back;
+            outcome
+        }
+        Err(error) => BatchOutcome { error: Some(SqlError::new(50_000, 16, format!("internal simulator error: {error}"))), ..BatchOutcome::default() },
+    }
 }
 
 fn batch_response(outcome: &BatchOutcome, rpc: bool) -> Response {

@@ -42,11 +42,22 @@ impl Response {
 
     /// An ERROR (class ≥ 11) or INFO token.
     pub fn message(&mut self, error: &SqlError, server: &str) {
+        // SQL Server's messages are at most 2047 characters; longer client-provided text
+        // (names, declarations) is cut so the token length stays valid.
+        let mut text = String::new();
+        let mut units = 0;
+        for c in error.message.chars() {
+            units += c.len_utf16();
+            if units > 2047 {
+                break;
+            }
+            text.push(c);
+        }
         let mut body = Vec::new();
         body.u32le(error.number as u32);
         body.push(error.state);
         body.push(error.class);
-        body.us_varchar(&error.message);
+        body.us_varchar(&text);
         body.b_varchar(server);
         body.b_varchar("");
         body.u32le(1);

@@ -297,6 +297,10 @@ pub struct Reader<'a> {
     pub at: usize,
 }
 
+fn bad_length(type_id: u8, len: usize) -> SqlError {
+    SqlError::new(8009, 16, format!("The incoming tabular data stream (TDS) remote procedure call (RPC) protocol stream is incorrect. Parameter of type 0x{type_id:02X} has an invalid data length {len}."))
+}
+
 fn short() -> SqlError {
     SqlError::new(4002, 16, "The incoming tabular data stream (TDS) protocol stream is incorrect. The stream ended unexpectedly.")
 }
@@ -364,7 +368,8 @@ impl<'a> Reader<'a> {
         if total == PLP_NULL {
             return Ok(None);
         }
-        let mut data = Vec::with_capacity(if total == PLP_UNKNOWN { 0 } else { total.min(1 << 24) as usize });
+        let left = (self.bytes.len() - self.at) as u64;
+        let mut data = Vec::with_capacity(if total == PLP_UNKNOWN { 0 } else { total.min(left) as usize });
         loop {
             let chunk = self.u32le()? as usize;
             if chunk == 0 {
@@ -421,7 +426,8 @@ pub fn read_param(reader: &mut Reader<'_>) -> SqlResult<(Value, Option<SqlType>)
                     1 => SqlType::TinyInt,
                     2 => SqlType::SmallInt,
                     4 => SqlType::Int,
-                    _ => SqlType::BigInt,
+                    8 => SqlType::BigInt,
+                    _ => return Err(bad_length(type_id, len)),
                 };
                 (Value::Int(int_of(reader.take(len)?, true)), Some(ty))
             }
@@ -457,17 +463,25 @@ pub fn read_param(reader: &mut Reader<'_>) -> SqlResult<(Value, Option<SqlType>)
             let _max = reader.u8()?;
             let precision = reader.u8()?;
             let scale = reader.u8()?;
-            let ty = SqlType::Decimal { precision: precision.clamp(1, 38), scale: scale.min(precision.max(1)) };
+            if !(1..=38).contains(&precision) || scale > precision {
+                return Err(SqlError::new(8009, 16, format!("Invalid precision ({precision}) or scale ({scale}) of a decimal parameter.")));
+            }
+            let ty = SqlType::Decimal { precision, scale };
             match reader.u8()? {
                 0 => (Value::Null, Some(ty)),
-                len => {
+                len @ (5 | 9 | 13 | 17) => {
                     let sign = reader.u8()?;
                     let mut magnitude = [0u8; 16];
                     let bytes = reader.take(usize::from(len) - 1)?;
-                    magnitude[..bytes.len().min(16)].copy_from_slice(&bytes[..bytes.len().min(16)]);
-                    let value = u128::from_le_bytes(magnitude) as i128;
+                    magnitude[..bytes.len()].copy_from_slice(bytes);
+                    let value = u128::from_le_bytes(magnitude);
+                    if value >= 10u128.pow(u32::from(precision)) {
+                        return Err(SqlError::new(8009, 16, "A decimal parameter's value exceeds its precision."));
+                    }
+                    let value = value as i128;
                     (Value::Numeric { value: if sign == 0 { -value } else { value }, scale }, Some(ty))
                 }
+                len => return Err(bad_length(type_id, usize::from(len))),
             }
         }
         0x24 => {
@@ -479,12 +493,24 @@ pub fn read_param(reader: &mut Reader<'_>) -> SqlResult<(Value, Option<SqlType>)
         }
         0x28 => match reader.u8()? {
             0 => (Value::Null, Some(SqlType::Date)),
-            _ => (Value::Date(read_date(reader.take(3)?)?), Some(SqlType::Date)),
+            3 => (Value::Date(read_date(reader.take(3)?)?), Some(SqlType::Date)),
+            len => return Err(bad_length(type_id, usize::from(len))),
         },
         0x29 | 0x2A | 0x2B => {
             let scale = reader.u8()?;
+            if scale > 7 {
+                return Err(SqlError::new(8009, 16, format!("Invalid scale {scale} of a time parameter.")));
+            }
             let len = usize::from(reader.u8()?);
             let tb = usize::from(time_bytes(scale));
+            let expected = match type_id {
+                0x29 => tb,
+                0x2A => tb + 3,
+                _ => tb + 5,
+            };
+            if len != 0 && len != expected {
+                return Err(bad_length(type_id, len));
+            }
             if len == 0 {
                 let ty = match type_id {
                     0x29 => SqlType::Time(scale),
@@ -518,18 +544,22 @@ pub fn read_param(reader: &mut Reader<'_>) -> SqlResult<(Value, Option<SqlType>)
             if len == 0 {
                 return Ok((Value::Null, Some(SqlType::DateTime)));
             }
+            if len != 4 && len != 8 {
+                return Err(bad_length(type_id, len));
+            }
             let bytes = reader.take(len)?;
+            let midnight = |days: i64| datetime_epoch().checked_add_signed(chrono::Duration::days(days)).map(|date| NaiveDateTime::new(date, NaiveTime::MIN));
             let value = if len == 8 {
-                let days = i32::from_le_bytes(bytes[..4].try_into().expect("four"));
-                let ticks = u32::from_le_bytes(bytes[4..].try_into().expect("four"));
-                let date = datetime_epoch() + chrono::Duration::days(i64::from(days));
+                let days = i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                let ticks = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]).min(25_919_999);
                 let nanos = (u64::from(ticks) * 1_000_000_000 + 150) / 300;
-                NaiveDateTime::new(date, NaiveTime::MIN) + chrono::Duration::nanoseconds(nanos as i64)
+                midnight(i64::from(days)).map(|base| base + chrono::Duration::nanoseconds(nanos as i64))
             } else {
                 let days = u16::from_le_bytes([bytes[0], bytes[1]]);
-                let minutes = u16::from_le_bytes([bytes[2], bytes[3]]);
-                NaiveDateTime::new(datetime_epoch() + chrono::Duration::days(i64::from(days)), NaiveTime::MIN) + chrono::Duration::minutes(i64::from(minutes))
+                let minutes = u16::from_le_bytes([bytes[2], bytes[3]]).min(1439);
+                midnight(i64::from(days)).map(|base| base + chrono::Duration::minutes(i64::from(minutes)))
             };
+            let value = value.ok_or_else(|| SqlError::new(8009, 16, "A datetime parameter is out of range."))?;
             (Value::DateTime(value), Some(if len == 8 { SqlType::DateTime } else { SqlType::SmallDateTime }))
         }
         0xA7 | 0xAF | 0xE7 | 0xEF | 0xA5 | 0xAD => {
