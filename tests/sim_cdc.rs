@@ -414,3 +414,26 @@ fn rollback_undoes_ddl_and_failed_statements() {
     s.exec("DECLARE @x int = 5");
     assert_eq!(s.fail("SELECT @x").number, 137);
 }
+
+/// Invariant: key uniqueness is checked as an UPDATE statement ends, not row by row (so a
+/// shift of adjacent keys succeeds, as on SQL Server), and heap rows with equal values are
+/// told apart.
+#[test]
+fn updates_check_keys_per_statement_and_heaps_keep_duplicates_apart() {
+    let mut s = Sim::new(SimConfig::default());
+    s.exec("CREATE TABLE dbo.k (id int PRIMARY KEY, v int NULL)");
+    s.exec("INSERT INTO dbo.k VALUES (1, 10), (2, 20), (3, 30)");
+    s.exec("UPDATE dbo.k SET id = id + 1");
+    assert_eq!(s.query("SELECT id, v FROM dbo.k ORDER BY id").rows, vec![
+        vec![Value::Int(2), Value::Int(10)],
+        vec![Value::Int(3), Value::Int(20)],
+        vec![Value::Int(4), Value::Int(30)],
+    ]);
+    assert_eq!(s.fail("UPDATE dbo.k SET id = 9").number, 2627);
+    assert_eq!(int(&s.scalar("SELECT COUNT(*) FROM dbo.k WHERE id = 9")), 0, "the failed statement left nothing");
+    s.exec("CREATE TABLE dbo.h (v int NULL)");
+    s.exec("INSERT INTO dbo.h VALUES (1), (1), (2)");
+    let deleted = s.exec("DELETE FROM dbo.h WHERE v = 1");
+    assert_eq!(deleted, vec![mssql_cdc::sim::Output::Count(2)]);
+    assert_eq!(int(&s.scalar("SELECT COUNT(*) FROM dbo.h")), 1);
+}

@@ -259,36 +259,43 @@ impl Database {
         Ok(())
     }
 
-    /// Replaces the row with `key` by `new_row` (which may have a new key).
-    pub fn update_row(&mut self, txn: &mut OpenTxn, table_id: i32, key: &RowKey, new_row: Vec<Value>) -> SqlResult<()> {
-        let seqval = self.next_lsn();
+    /// Replaces rows as one UPDATE statement does: every old row leaves first, then the new
+    /// rows arrive, so key uniqueness is checked as the statement ends (`SET id = id + 1`
+    /// over adjacent keys succeeds, as on SQL Server).
+    pub fn update_rows(&mut self, txn: &mut OpenTxn, table_id: i32, changes: Vec<(RowKey, Vec<Value>)>) -> SqlResult<()> {
+        let seqvals: Vec<Lsn> = changes.iter().map(|_| self.next_lsn()).collect();
         let table = self.table_by_id_mut(table_id).ok_or_else(|| SqlError::invalid_object("table"))?;
-        let Some(old_row) = table.rows.get(key).cloned() else { return Ok(()) };
-        let new_key = if table.key.is_empty() { key.clone() } else { table.key_of(&new_row) };
-        let key_changed = new_key != *key;
-        if key_changed && table.rows.contains_key(&new_key) {
-            let shown: Vec<String> = new_key.0.iter().map(|v| v.to_text().unwrap_or_else(|| "<NULL>".into())).collect();
-            let constraint = table.key_name.clone().unwrap_or_else(|| format!("PK_{}", table.name));
-            return Err(SqlError::duplicate_key(&constraint, &table.qualified(), &shown.join(", ")));
-        }
         let columns = Arc::new(table.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
-        table.rows.remove(key);
-        table.rows.insert(new_key.clone(), new_row.clone());
-        txn.undo.push(Undo::Restore { table_id, key: key.clone(), row: old_row.clone() });
-        if key_changed {
-            txn.undo.push(Undo::Remove { table_id, key: new_key });
+        let mut olds = Vec::with_capacity(changes.len());
+        for (key, _) in &changes {
+            let old = table.rows.remove(key);
+            if let Some(old) = &old {
+                txn.undo.push(Undo::Restore { table_id, key: key.clone(), row: old.clone() });
+            }
+            olds.push(old);
         }
-        let command_id = txn.next_command;
-        txn.next_command += 1;
-        txn.changes.push(RowChange {
-            table_id,
-            columns,
-            kind: ChangeKind::Update { key_changed },
-            before: Some(old_row),
-            after: Some(new_row),
-            seqval,
-            command_id,
-        });
+        for (((key, new_row), old), seqval) in changes.into_iter().zip(olds).zip(seqvals) {
+            let Some(old_row) = old else { continue };
+            let new_key = if table.key.is_empty() { key.clone() } else { table.key_of(&new_row) };
+            if table.rows.contains_key(&new_key) {
+                let shown: Vec<String> = new_key.0.iter().map(|v| v.to_text().unwrap_or_else(|| "<NULL>".into())).collect();
+                let constraint = table.key_name.clone().unwrap_or_else(|| format!("PK_{}", table.name));
+                return Err(SqlError::duplicate_key(&constraint, &table.qualified(), &shown.join(", ")));
+            }
+            table.rows.insert(new_key.clone(), new_row.clone());
+            txn.undo.push(Undo::Remove { table_id, key: new_key.clone() });
+            let command_id = txn.next_command;
+            txn.next_command += 1;
+            txn.changes.push(RowChange {
+                table_id,
+                columns: columns.clone(),
+                kind: ChangeKind::Update { key_changed: new_key != key },
+                before: Some(old_row),
+                after: Some(new_row),
+                seqval,
+                command_id,
+            });
+        }
         Ok(())
     }
 

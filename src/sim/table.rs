@@ -89,15 +89,6 @@ impl Table {
         }
     }
 
-    /// The key of an existing row without allocating a row id (heaps search by value).
-    pub fn find_key(&self, row: &[Value]) -> Option<RowKey> {
-        if self.key.is_empty() {
-            self.rows.iter().find(|(_, existing)| existing.as_slice() == row).map(|(key, _)| key.clone())
-        } else {
-            Some(RowKey(self.key.iter().map(|index| row[*index].clone()).collect()))
-        }
-    }
-
     /// `schema.table`, as error messages name it.
     pub fn qualified(&self) -> String {
         format!("{}.{}", self.schema, self.name)

@@ -118,14 +118,19 @@ fn matching_rows(db: &Database, parts: &[String], alias: Option<&str>, selection
         (Some(filter), Some(key)) => query::key_range(filter, key, &ctx)?,
         _ => None,
     };
+    // A heap's rows are told apart by their hidden row ids, not by their values.
+    let candidates: Vec<(RowKey, Vec<Value>)> = if table.key.is_empty() {
+        table.rows.iter().map(|(key, row)| (key.clone(), row.clone())).collect()
+    } else {
+        source.scan(range.as_ref())?.into_iter().map(|row| (RowKey(table.key.iter().map(|i| row[*i].clone()).collect()), row)).collect()
+    };
     let mut matched = Vec::new();
-    for row in source.scan(range.as_ref())? {
+    for (key, row) in candidates {
         let keep = match &filter {
             Some(filter) => truth(&filter.eval(&row, &[], &ctx)?) == Some(true),
             None => true,
         };
         if keep {
-            let key = table.find_key(&row).ok_or_else(|| SqlError::unsupported("a heap row without a key"))?;
             matched.push((key, row));
         }
     }
@@ -171,9 +176,7 @@ pub fn update(db: &mut Database, txn: &mut OpenTxn, update: &Update, params: &Ha
         (table.object_id, changes)
     };
     let count = changes.len() as u64;
-    for (key, row) in changes {
-        db.update_row(txn, table_id, &key, row)?;
-    }
+    db.update_rows(txn, table_id, changes)?;
     Ok(count)
 }
 
