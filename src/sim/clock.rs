@@ -107,13 +107,13 @@ struct ClockState {
 impl SimClock {
     /// The current UTC instant.
     pub fn now(&self) -> DateTime<Utc> {
-        let state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let state = crate::sim::lock(&self.state);
         state.frozen.unwrap_or_else(|| Utc::now() + state.offset)
     }
 
     /// Sets the time: frozen at `at` when `freeze`, else running from `at`.
     pub fn set(&self, at: DateTime<Utc>, freeze: bool) {
-        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = crate::sim::lock(&self.state);
         if freeze {
             state.frozen = Some(at);
         } else {
@@ -124,7 +124,7 @@ impl SimClock {
 
     /// Moves the clock forward (or back, with a negative duration).
     pub fn advance(&self, by: chrono::Duration) {
-        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = crate::sim::lock(&self.state);
         match &mut state.frozen {
             Some(at) => *at += by,
             None => state.offset += by,

@@ -233,9 +233,7 @@ impl Database {
         let table = self.table_by_id_mut(table_id).ok_or_else(|| SqlError::invalid_object("table"))?;
         let key = table.key_of(&row);
         if table.rows.contains_key(&key) {
-            let shown: Vec<String> = key.0.iter().map(|v| v.to_text().unwrap_or_else(|| "<NULL>".into())).collect();
-            let constraint = table.key_name.clone().unwrap_or_else(|| format!("PK_{}", table.name));
-            return Err(SqlError::duplicate_key(&constraint, &table.qualified(), &shown.join(", ")));
+            return Err(table.duplicate_key(&key));
         }
         let columns = Arc::new(table.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
         table.rows.insert(key.clone(), row.clone());
@@ -278,9 +276,7 @@ impl Database {
             let Some(old_row) = old else { continue };
             let new_key = if table.key.is_empty() { key.clone() } else { table.key_of(&new_row) };
             if table.rows.contains_key(&new_key) {
-                let shown: Vec<String> = new_key.0.iter().map(|v| v.to_text().unwrap_or_else(|| "<NULL>".into())).collect();
-                let constraint = table.key_name.clone().unwrap_or_else(|| format!("PK_{}", table.name));
-                return Err(SqlError::duplicate_key(&constraint, &table.qualified(), &shown.join(", ")));
+                return Err(table.duplicate_key(&new_key));
             }
             table.rows.insert(new_key.clone(), new_row.clone());
             txn.undo.push(Undo::Remove { table_id, key: new_key.clone() });

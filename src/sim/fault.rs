@@ -27,17 +27,17 @@ pub struct Faults {
 impl Faults {
     /// Queues `count` faults.
     pub fn inject(&self, fault: Fault, count: usize) {
-        let mut queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut queue = crate::sim::lock(&self.queue);
         queue.extend(std::iter::repeat_n(fault, count));
     }
 
     /// Takes the next fault, if any.
     pub fn next(&self) -> Option<Fault> {
-        self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front()
+        crate::sim::lock(&self.queue).pop_front()
     }
 
     /// Removes every queued fault.
     pub fn clear(&self) {
-        self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        crate::sim::lock(&self.queue).clear();
     }
 }

@@ -50,6 +50,12 @@ pub use lsn::Lsn;
 pub use sql::{BatchOutcome, Engine, Output, ResultSet, Session};
 pub use value::Value;
 
+/// Locks a mutex, carrying on after a panic elsewhere poisoned it: the simulator's state is
+/// only ever changed in whole steps, and one client's panic must not stop the server.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A change row as the ground truth reports it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TruthChange {

@@ -3,6 +3,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use super::error::SqlError;
 use super::types::SqlType;
 use super::value::{sort_order, Value};
 
@@ -87,6 +88,13 @@ impl Table {
         } else {
             RowKey(self.key.iter().map(|index| row[*index].clone()).collect())
         }
+    }
+
+    /// Error 2627 for a key that is already present.
+    pub fn duplicate_key(&self, key: &RowKey) -> SqlError {
+        let shown: Vec<String> = key.0.iter().map(|v| v.to_text().unwrap_or_else(|| "<NULL>".into())).collect();
+        let constraint = self.key_name.clone().unwrap_or_else(|| format!("PK_{}", self.name));
+        SqlError::duplicate_key(&constraint, &self.qualified(), &shown.join(", "))
     }
 
     /// `schema.table`, as error messages name it.

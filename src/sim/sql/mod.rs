@@ -202,16 +202,16 @@ impl Engine {
 
     /// Runs `f` with the database locked (jobs and tests use it).
     pub fn with_db<T>(&self, f: impl FnOnce(&mut Database) -> T) -> T {
-        let mut db = self.db.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut db = crate::sim::lock(&self.db);
         f(&mut db)
     }
 
     fn parse(&self, sql: &str) -> SqlResult<Arc<Vec<Stmt>>> {
-        if let Some(hit) = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(sql) {
+        if let Some(hit) = crate::sim::lock(&self.cache).get(sql) {
             return Ok(hit.clone());
         }
         let parsed = Arc::new(parse_batch(sql)?);
-        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = crate::sim::lock(&self.cache);
         if cache.len() >= CACHE_LIMIT {
             cache.clear();
         }
@@ -284,7 +284,7 @@ impl Engine {
     }
 
     fn statement(&self, session: &mut Session, statement: &Stmt, params: &HashMap<String, Value>) -> SqlResult<Vec<Output>> {
-        let mut db = self.db.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut db = crate::sim::lock(&self.db);
         db.run_capture();
         let info = SessionInfo { spid: session.spid, tran_count: session.tran_count };
         let statement = match statement {
