@@ -4,6 +4,7 @@
 mod broker;
 #[cfg(feature = "embedded-broker")]
 mod demo;
+mod run;
 mod sim;
 mod validate;
 
@@ -31,6 +32,8 @@ enum Command {
     /// Run the embedded Kafka-protocol broker (tansu) until SIGINT/SIGTERM
     #[cfg(feature = "embedded-broker")]
     Broker(broker::BrokerArgs),
+    /// Run connectors (Kafka Connect standalone style) until SIGINT/SIGTERM or a stage error
+    Run(run::RunArgs),
     /// The SQL Server simulator: serve it over TDS, or drive a workload
     Sim(sim::SimArgs),
     /// Check worker and connector files without connecting anywhere (exit 2 on problems)
@@ -45,6 +48,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => runtime()?.block_on(demo::run(args)),
         #[cfg(feature = "embedded-broker")]
         Command::Broker(args) => runtime()?.block_on(broker::run(args)),
+        Command::Run(args) => runtime()?.block_on(run::run(args)),
         Command::Sim(args) => sim::run(args),
         Command::Validate(args) => validate::run(args),
     }

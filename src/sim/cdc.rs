@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-use super::lsn::Lsn;
+use crate::lsn::Lsn;
 use super::types::SqlType;
 use super::value::Value;
 

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use super::cdc::{op, CdcState, ChangeRow, DdlHistoryRow, MappingRow};
 use super::clock::{ServerZone, SimClock};
 use super::error::{SqlError, SqlResult};
-use super::lsn::Lsn;
+use crate::lsn::Lsn;
 use super::table::{RowKey, Table};
 use super::value::Value;
 

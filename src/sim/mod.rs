@@ -31,7 +31,7 @@ pub mod clock;
 pub mod db;
 pub mod error;
 pub mod fault;
-pub mod lsn;
+
 pub mod sql;
 pub mod table;
 pub mod tds;
@@ -46,7 +46,7 @@ use std::time::Duration;
 pub use clock::{ServerZone, SimClock};
 pub use db::{Database, SimConfig};
 pub use error::SqlError;
-pub use lsn::Lsn;
+pub use crate::lsn::Lsn;
 pub use sql::{BatchOutcome, Engine, Output, ResultSet, Session};
 pub use value::Value;
 

@@ -28,6 +28,15 @@ macro_rules! kinds {
             )+
         }
 
+        impl ConnectorOptions {
+            /// Builds the stage of these options.
+            pub fn build(self, context: &super::StageContext) -> Result<Box<dyn super::Stage>, super::StageError> {
+                match self {
+                    $(Self::$variant(options) => options.build(context),)+
+                }
+            }
+        }
+
         $(
             impl From<$options> for ConnectorOptions {
                 fn from(options: $options) -> Self {

@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use metrics::{describe_counter, describe_gauge, Unit};
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 /// Unix time at which the process started (gauge, seconds).
@@ -16,7 +16,32 @@ pub const BROKER_TLS_CONNECTIONS_TOTAL: &str = "mssql_cdc_broker_tls_connections
 /// TLS handshakes the embedded broker's listener rejected (counter).
 pub const BROKER_TLS_HANDSHAKE_FAILURES_TOTAL: &str = "mssql_cdc_broker_tls_handshake_failures_total";
 
+/// Change rows the source published, per capture instance (counter).
+pub const SOURCE_ROWS_TOTAL: &str = "mssql_cdc_source_rows_total";
+/// Bytes of data records (keys and values) the source published (counter).
+pub const SOURCE_BYTES_TOTAL: &str = "mssql_cdc_source_bytes_total";
+/// Batches (control records) the source published, heartbeats included (counter).
+pub const SOURCE_BATCHES_TOTAL: &str = "mssql_cdc_source_batches_total";
+/// Time from planning a batch to its control record's acknowledgement (histogram, seconds).
+pub const SOURCE_BATCH_DURATION_SECONDS: &str = "mssql_cdc_source_batch_duration_seconds";
+/// Server clock minus the commit time of `sys.fn_cdc_get_max_lsn()` (gauge, seconds).
+pub const SOURCE_CAPTURE_LAG_SECONDS: &str = "mssql_cdc_source_capture_lag_seconds";
+/// Hours until CDC cleanup may purge the oldest change not yet published (gauge).
+pub const SOURCE_RETENTION_HEADROOM_HOURS: &str = "mssql_cdc_source_retention_headroom_hours";
+/// The published position: the LSN's VLF and block as one number (gauge; monotonic).
+pub const SOURCE_POSITION_LSN: &str = "mssql_cdc_source_position_lsn";
+/// Transient SQL Server errors retried on a new connection (counter).
+pub const SOURCE_RETRIES_TOTAL: &str = "mssql_cdc_source_retries_total";
+
 fn describe_all() {
+    describe_counter!(SOURCE_ROWS_TOTAL, Unit::Count, "Change rows published, per capture instance.");
+    describe_counter!(SOURCE_BYTES_TOTAL, Unit::Bytes, "Bytes of data records published, per capture instance.");
+    describe_counter!(SOURCE_BATCHES_TOTAL, Unit::Count, "Batches published (control records, heartbeats included).");
+    describe_histogram!(SOURCE_BATCH_DURATION_SECONDS, Unit::Seconds, "From planning a batch to its control record's acknowledgement.");
+    describe_gauge!(SOURCE_CAPTURE_LAG_SECONDS, Unit::Seconds, "Server clock minus the commit time of the newest harvested LSN.");
+    describe_gauge!(SOURCE_RETENTION_HEADROOM_HOURS, "Hours until CDC cleanup may purge the oldest unpublished change.");
+    describe_gauge!(SOURCE_POSITION_LSN, "Published position: the LSN's VLF and block as one number.");
+    describe_counter!(SOURCE_RETRIES_TOTAL, Unit::Count, "Transient SQL Server errors retried on a new connection.");
     describe_gauge!(PROCESS_START_TIME_SECONDS, Unit::Seconds, "Unix time at which the process started.");
     describe_counter!(BROKER_TLS_CONNECTIONS_TOTAL, Unit::Count, "Connections accepted by the embedded broker's TLS listener.");
     describe_counter!(BROKER_TLS_HANDSHAKE_FAILURES_TOTAL, Unit::Count, "TLS handshakes rejected by the embedded broker's listener.");

@@ -15,6 +15,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 pub mod sim;
+pub mod source;
 
 use mssql_cdc::kafka::KafkaConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -245,4 +246,14 @@ impl Drop for SimServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether `topic` exists on the broker.
+pub fn topic_exists(bootstrap: &str, topic: &str) -> bool {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+    consumer
+        .fetch_metadata(None, Duration::from_secs(10))
+        .map(|m| m.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+        .unwrap_or(false)
 }

@@ -6,7 +6,7 @@ use super::expr::{date_part, Ctx};
 use crate::sim::cdc::MappingRow;
 use crate::sim::clock::ServerZone;
 use crate::sim::error::{SqlError, SqlResult};
-use crate::sim::lsn::Lsn;
+use crate::lsn::Lsn;
 use crate::sim::types::{Len, SqlType, SYSNAME};
 use crate::sim::value::{hex, Value};
 

@@ -12,7 +12,7 @@ use crate::sim::cdc::{CaptureInstance, CapturedColumn};
 use crate::sim::db::Database;
 use crate::sim::error::{SqlError, SqlResult};
 use crate::sim::fault::Fault;
-use crate::sim::lsn::Lsn;
+use crate::lsn::Lsn;
 use crate::sim::types::{Len, SqlType, SYSNAME};
 use crate::sim::value::Value;
 
@@ -165,6 +165,7 @@ pub fn execute(engine: &Engine, db: &mut Database, session: &mut Session, parts:
             status(vec![])
         }
         ("sys", "sp_cdc_help_change_data_capture") => status(vec![Output::Rows(help(db, &args))]),
+        ("sys", "sp_cdc_help_jobs") => status(vec![Output::Rows(help_jobs(db))]),
         ("sys", "sp_executesql") => Err(SqlError::unsupported("sp_executesql inside a batch with other statements; send it as an RPC or on its own")),
         ("sim", "inject_fault") => {
             let kind = args.text("@kind", 0).unwrap_or_default().to_ascii_lowercase();
@@ -321,6 +322,39 @@ fn enable_table(db: &mut Database, args: &Args) -> SqlResult<()> {
         rows: BTreeMap::new(),
     });
     Ok(())
+}
+
+/// `sys.sp_cdc_help_jobs`: the capture and cleanup jobs' settings (the columns of
+/// `msdb.dbo.cdc_jobs` SQL Server returns, without `database_id`).
+fn help_jobs(db: &Database) -> ResultSet {
+    let column = |name: &str, ty: SqlType| ColumnMeta { name: name.to_owned(), ty, nullable: true };
+    let columns = vec![
+        column("job_id", SqlType::UniqueIdentifier),
+        column("job_type", SqlType::NVarChar(Len::N(20))),
+        column("job_name", SYSNAME),
+        column("maxtrans", SqlType::Int),
+        column("maxscans", SqlType::Int),
+        column("continuous", SqlType::Bit),
+        column("pollinginterval", SqlType::BigInt),
+        column("retention", SqlType::BigInt),
+        column("threshold", SqlType::BigInt),
+    ];
+    let database = &db.config.database;
+    let job = |kind: &str, retention: Value, id: u8| {
+        vec![
+            Value::Guid(uuid::Uuid::from_bytes([id; 16])),
+            Value::Text(kind.to_owned()),
+            Value::Text(format!("cdc.{database}_{kind}")),
+            Value::Int(500),
+            Value::Int(10),
+            Value::Bit(true),
+            Value::Int(5),
+            retention,
+            Value::Int(5000),
+        ]
+    };
+    let rows = vec![job("capture", Value::Int(0), 1), job("cleanup", Value::Int(db.cdc.jobs.retention_minutes), 2)];
+    ResultSet { columns, rows }
 }
 
 fn help(db: &Database, args: &Args) -> ResultSet {

@@ -8,7 +8,7 @@ use super::expr::ScopeColumn;
 use crate::sim::cdc::{op, CaptureInstance};
 use crate::sim::db::Database;
 use crate::sim::error::{SqlError, SqlResult};
-use crate::sim::lsn::Lsn;
+use crate::lsn::Lsn;
 use crate::sim::table::{RowKey, Table};
 use crate::sim::types::{Len, SqlType, SYSNAME};
 use crate::sim::value::{sort_order, Value};

@@ -60,6 +60,10 @@ impl ConnectorKind for BronzeOptions {
     const KIND: &'static str = "delta-bronze";
     const SUMMARY: &'static str = "Kafka to a bronze Delta table and the facts table, exactly once";
 
+    fn build(self, context: &crate::stage::StageContext) -> Result<Box<dyn crate::stage::Stage>, crate::stage::StageError> {
+        Err(crate::stage::StageError::new(&context.name, "this release validates `delta-bronze` connector files but cannot run them yet; see docs/connectors/delta-bronze.md"))
+    }
+
     fn validate(&self, problems: &mut Problems) {
         check_topic(problems, "topic", self.topic.as_deref(), true);
         check_topic(problems, "control_topic", self.control_topic.as_deref(), false);

@@ -43,6 +43,10 @@ impl ConnectorKind for SilverOptions {
     const KIND: &'static str = "delta-silver";
     const SUMMARY: &'static str = "apply_changes from bronze into silver, and the finalized_until verdict";
 
+    fn build(self, context: &crate::stage::StageContext) -> Result<Box<dyn crate::stage::Stage>, crate::stage::StageError> {
+        Err(crate::stage::StageError::new(&context.name, "this release validates `delta-silver` connector files but cannot run them yet; see docs/connectors/delta-silver.md"))
+    }
+
     fn validate(&self, problems: &mut Problems) {
         check_location(problems, "bronze", self.bronze.as_deref(), true);
         check_location(problems, "target", self.target.as_deref(), true);

@@ -54,12 +54,22 @@ pub struct MssqlSourceOptions {
     /// Zone of the server clock: `auto` (default: `CURRENT_TIMEZONE_ID()`), `UTC`, or a
     /// Windows zone name such as `W. Europe Standard Time`.
     pub source_time_zone: String,
+    /// The captured columns to publish, each `"name"` or `"name <T-SQL type>"` to cast it
+    /// (read as `CAST([name] AS <type>)`), e.g. `["order_id", "amount decimal(18,2)"]`.
+    /// Default: every captured column with its own type. The key columns must be listed.
+    pub columns: Vec<String>,
     /// Publish `__$command_id` as `_command_id`. Default `true`.
     pub include_command_id: bool,
     /// Pause between polls of a caught-up capture instance, milliseconds. Default 500.
     pub poll_interval_ms: u64,
     /// An empty batch is published on a quiet table this often, milliseconds. Default 10000.
     pub heartbeat_interval_ms: u64,
+    /// Rows per Arrow batch while reading (the unit in which rows are encoded and handed to
+    /// the producer; a batch of many commits streams through in such chunks). Default 10000.
+    pub fetch_rows: usize,
+    /// How long SQL Server may stay unreachable (deadlocks, lock timeouts, dropped connections,
+    /// failover) before the stage stops with an error, milliseconds. Default 300000 (5 min).
+    pub retry_timeout_ms: u64,
     /// Partitions of the data topics the source creates. Default 3.
     pub topic_partitions: u32,
     /// librdkafka producer properties passed through (worker-owned keys are rejected).
@@ -84,9 +94,12 @@ impl Default for MssqlSourceOptions {
             starting_lsn: "earliest".to_owned(),
             fail_on_data_loss: true,
             source_time_zone: "auto".to_owned(),
+            columns: Vec::new(),
             include_command_id: true,
             poll_interval_ms: 500,
             heartbeat_interval_ms: 10_000,
+            fetch_rows: 10_000,
+            retry_timeout_ms: 300_000,
             topic_partitions: 3,
             producer_properties: Properties::default(),
         }
@@ -154,6 +167,11 @@ impl ConnectorKind for MssqlSourceOptions {
     const KIND: &'static str = "mssql-source";
     const SUMMARY: &'static str = "SQL Server CDC to Kafka: commit-aligned batches, resumable from the log";
 
+    fn build(self, context: &crate::stage::StageContext) -> Result<Box<dyn crate::stage::Stage>, crate::stage::StageError> {
+        let source = super::MssqlSource::build(self, context).map_err(|e| crate::stage::StageError::new(&context.name, e))?;
+        Ok(Box::new(source))
+    }
+
     fn validate(&self, problems: &mut Problems) {
         match &self.connection_string {
             None => problems.missing("connection_string", "\"Server=host,1433;Database=db\""),
@@ -207,8 +225,23 @@ impl ConnectorKind for MssqlSourceOptions {
                 "earliest, latest, or an LSN of up to 20 hex digits such as 0x0000002A000001F00003",
             );
         }
-        if self.source_time_zone.trim().is_empty() {
-            problems.invalid("source_time_zone", "empty", "auto, UTC or a Windows time zone name");
+        if self.source_time_zone != "auto" && crate::timezone::ServerZone::parse(&self.source_time_zone).is_none() {
+            problems.invalid("source_time_zone", "not a known time zone", "auto, UTC or a Windows time zone name such as \"W. Europe Standard Time\"");
+        }
+        for (index, column) in self.columns.iter().enumerate() {
+            if parse_column(column).is_none() {
+                problems.invalid(
+                    &format!("columns.{index}"),
+                    "not a column",
+                    "a column name, or a name and a T-SQL type to cast to, such as \"amount decimal(18,2)\"",
+                );
+            }
+        }
+        if self.fetch_rows == 0 {
+            problems.invalid("fetch_rows", "zero", "a positive number of rows");
+        }
+        if self.retry_timeout_ms == 0 {
+            problems.invalid("retry_timeout_ms", "zero", "a positive number of milliseconds");
         }
         if self.connect_timeout == 0 {
             problems.invalid("connect_timeout", "zero", "a positive number of seconds");
@@ -230,6 +263,25 @@ impl ConnectorKind for MssqlSourceOptions {
                     "the worker's [kafka] settings",
                 );
             }
+        }
+    }
+}
+
+/// A `columns` entry: the column name and, when it casts, the cast's type text and log type.
+pub fn parse_column(text: &str) -> Option<(String, Option<(String, crate::log::ColumnType)>)> {
+    let text = text.trim();
+    let (name, cast) = match text.split_once(char::is_whitespace) {
+        Some((name, cast)) => (name, Some(cast.trim())),
+        None => (text, None),
+    };
+    if name.is_empty() || name.len() > 128 || name.chars().any(|c| c == ']' || c.is_control()) {
+        return None;
+    }
+    match cast {
+        None => Some((name.to_owned(), None)),
+        Some(cast) => {
+            let ty = crate::log::ColumnType::parse_sql(cast)?;
+            Some((name.to_owned(), Some((cast.to_owned(), ty))))
         }
     }
 }
@@ -265,6 +317,19 @@ mod tests {
     #[test]
     fn a_minimal_source_is_valid() {
         assert!(problem_keys(&valid()).is_empty());
+    }
+
+    #[test]
+    fn columns_and_zones_are_checked_without_io() {
+        let options = MssqlSourceOptions {
+            columns: vec!["order_id".into(), "amount decimal(18,2)".into(), "note geography".into()],
+            source_time_zone: "Mars Standard Time".into(),
+            ..valid()
+        };
+        assert_eq!(problem_keys(&options), vec!["source_time_zone", "columns.2"]);
+        assert_eq!(parse_column("amount  decimal(18,2)").unwrap().1.unwrap().0, "decimal(18,2)");
+        let zoned = MssqlSourceOptions { source_time_zone: "W. Europe Standard Time".into(), ..valid() };
+        assert!(problem_keys(&zoned).is_empty());
     }
 
     #[test]

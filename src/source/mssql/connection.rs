@@ -1,0 +1,88 @@
+//! Connecting to SQL Server with tiberius, from the connector's options.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tiberius::{AuthMethod, Client, Config, EncryptionLevel};
+use tokio::net::TcpStream;
+use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
+
+use super::config::{Encrypt, MssqlSourceOptions};
+use super::error::SourceError;
+
+/// A connected client.
+pub type TdsClient = Client<Compat<TcpStream>>;
+
+/// Opens connections with the connector's settings.
+#[derive(Clone)]
+pub struct Connector {
+    config: Config,
+    address: String,
+    timeout: Duration,
+    secrets: Arc<[String]>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector").field("address", &self.address).finish_non_exhaustive()
+    }
+}
+
+impl Connector {
+    /// Builds the tiberius configuration (no I/O besides reading the password's secret).
+    pub fn new(options: &MssqlSourceOptions) -> Result<Self, SourceError> {
+        let text = options.connection_string.as_ref().map(|c| c.0.as_str()).unwrap_or_default();
+        let mut config = Config::from_ado_string(text).map_err(|error| SourceError::Sql {
+            message: format!("connection_string: {error}"),
+            code: None,
+            transient: false,
+        })?;
+        let password = options.password.as_ref().map(|p| p.resolve()).transpose()?;
+        if let Some(user) = &options.user {
+            config.authentication(AuthMethod::sql_server(user, password.as_ref().map_or("", |p| p.expose())));
+        }
+        config.encryption(match options.encrypt {
+            Encrypt::Required => EncryptionLevel::Required,
+            Encrypt::On => EncryptionLevel::On,
+            Encrypt::Off => EncryptionLevel::Off,
+            Encrypt::NotSupported => EncryptionLevel::NotSupported,
+        });
+        if options.trust_server_certificate {
+            config.trust_cert();
+        }
+        if let Some(ca) = &options.trust_server_certificate_ca {
+            config.trust_cert_ca(ca.display().to_string());
+        }
+        config.application_name("mssql-cdc");
+        let address = config.get_addr();
+        let secrets: Vec<String> = password.iter().map(|p| p.expose().to_owned()).collect();
+        Ok(Self { config, address, timeout: Duration::from_secs(options.connect_timeout), secrets: secrets.into() })
+    }
+
+    /// The values to remove from any message.
+    pub fn secrets(&self) -> Vec<&str> {
+        self.secrets.iter().map(String::as_str).collect()
+    }
+
+    /// Opens a new connection, within `connect_timeout`.
+    pub async fn connect(&self) -> Result<TdsClient, SourceError> {
+        let attempt = async {
+            let tcp = TcpStream::connect(&self.address).await.map_err(SourceError::io)?;
+            tcp.set_nodelay(true).map_err(SourceError::io)?;
+            Client::connect(self.config.clone(), tcp.compat_write()).await.map_err(|e| self.error(e))
+        };
+        match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(SourceError::Sql {
+                message: format!("no connection to {} within connect_timeout ({} s)", self.address, self.timeout.as_secs()),
+                code: None,
+                transient: true,
+            }),
+        }
+    }
+
+    /// A tiberius error as a [`SourceError`], secrets removed.
+    pub fn error(&self, error: tiberius::error::Error) -> SourceError {
+        SourceError::from_tiberius(error, &self.secrets())
+    }
+}

@@ -1,0 +1,217 @@
+//! The `mssql-source` stage end to end: the simulator over TDS (tiberius), the source as a
+//! `mssql-cdc run` process, the embedded broker; the log read back with rdkafka and checked
+//! against the change table as the server holds it.
+
+mod support;
+
+use std::time::Duration;
+
+use mssql_cdc::log::Event;
+use mssql_cdc::sim::client::BlockingClient;
+use mssql_cdc::sim::workload::{SqlClient as _, Workload, WorkloadOptions, ORDERS_CDC, ORDERS_DDL};
+use rand::Rng;
+use support::source::{check_contract, exec, max_lsn, read_all, source_files, truth, wait_caught_up, SourceProcess};
+use support::{unique, SimServer, TestBroker};
+
+/// Creates dbo.orders with CDC (on a thread of its own: the blocking client owns a runtime).
+fn setup_orders(sim: &SimServer) {
+    let config = sim.client_config();
+    std::thread::spawn(move || {
+        let mut client = BlockingClient::connect(&config).expect("login");
+        for sql in std::iter::once(ORDERS_DDL).chain(ORDERS_CDC.iter().copied()) {
+            client.execute(sql, &[]).expect("set up dbo.orders");
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// Starts the orders workload on a thread: transactions of 1 to 50 statements.
+fn start_workload(sim: &SimServer, changes: u64, rate: u64, seed: u64) -> std::thread::JoinHandle<()> {
+    let config = sim.client_config();
+    std::thread::spawn(move || {
+        let mut client = BlockingClient::connect(&config).expect("login");
+        let options = WorkloadOptions { changes, rate, max_transaction_size: 50, seed, ..WorkloadOptions::default() };
+        Workload::new(options, Vec::new()).run(&mut client).expect("workload");
+    })
+}
+
+fn workload(sim: &SimServer, changes: u64, rate: u64, seed: u64) {
+    start_workload(sim, changes, rate, seed).join().unwrap();
+}
+
+/// Invariants 1 and 2 of the log contract: after a workload of 1–50-statement transactions,
+/// the control records tile the LSN range, never split a transaction, never pass the max LSN,
+/// honour `max_commits_per_batch`, and name every change of the change table exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn batches_tile_the_lsn_range_and_name_every_change_once() {
+    let broker = TestBroker::start();
+    let sim = SimServer::start(&[]);
+    setup_orders(&sim);
+    workload(&sim, 3000, 0, 11);
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique("tile");
+    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "max_commits_per_batch = 7");
+    let mut source = SourceProcess::spawn(&worker, &connector);
+    let topic = format!("{prefix}.sales.dbo.orders");
+    let records = wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(120)).await;
+    assert!(source.stop().success(), "clean stop; stderr:\n{}", source.stderr());
+    let truth = truth(&sim.client_config()).await;
+    assert!(truth.len() >= 3000, "the workload made changes");
+    let data = read_all(&broker.bootstrap, &topic);
+    let named = check_contract(&records, &data, &truth, Some(7));
+    assert!(records.len() > 10, "many batches of at most 7 commits");
+    // Keys are the primary key, so per-key order holds within a partition.
+    let first = &named[0];
+    assert!(first["order_id"].is_i64() && first["_commit_ts"].as_str().unwrap().ends_with('Z'), "{first}");
+}
+
+/// Invariant 2: the log is the checkpoint. SIGKILL the source at random points during a
+/// workload, many times: the control records still tile the range and name every change once
+/// (orphans of killed batches may stay in the data topic, never named).
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_at_random_points_keeps_the_tiling_exact() {
+    let broker = TestBroker::start();
+    let sim = SimServer::start(&[]);
+    setup_orders(&sim);
+    let writer = start_workload(&sim, 6000, 1500, 23);
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique("kill");
+    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "max_commits_per_batch = 20\nfetch_rows = 50");
+    let mut rng = rand::rng();
+    for _ in 0..8 {
+        let mut source = SourceProcess::spawn(&worker, &connector);
+        std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
+        source.kill();
+    }
+    writer.join().unwrap();
+    let mut source = SourceProcess::spawn(&worker, &connector);
+    let topic = format!("{prefix}.sales.dbo.orders");
+    let records = wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(180)).await;
+    source.stop();
+    let truth = truth(&sim.client_config()).await;
+    let data = read_all(&broker.bootstrap, &topic);
+    let named = check_contract(&records, &data, &truth, Some(20));
+    eprintln!("{} data records in the topic, {} named by {} batches", data.len(), named.len(), records.len());
+}
+
+/// Invariant 6: changes purged by cleanup before they were read stop the stream with an error
+/// naming the capture instance and the LSN range; with `fail_on_data_loss = false` they are
+/// skipped and a `data_skipped` event is published with the same range.
+#[tokio::test(flavor = "multi_thread")]
+async fn cleanup_past_the_position_is_data_loss_or_data_skipped() {
+    let broker = TestBroker::start();
+    let sim = SimServer::start(&[]);
+    let config = sim.client_config();
+    setup_orders(&sim);
+    workload(&sim, 20, 0, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique("loss");
+    let topic = format!("{prefix}.sales.dbo.orders");
+    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "");
+    let mut source = SourceProcess::spawn(&worker, &connector);
+    let before = wait_caught_up(&broker.bootstrap, &topic, &config, &source, Duration::from_secs(60)).await;
+    source.stop();
+    let position = before.last().unwrap().to_lsn;
+
+    workload(&sim, 30, 0, 6);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let low = max_lsn(&config).await;
+    exec(&config, &format!("EXEC sys.sp_cdc_cleanup_change_table @capture_instance = N'dbo_orders', @low_water_mark = {low}")).await;
+
+    let mut failing = SourceProcess::spawn(&worker, &connector);
+    let status = failing.wait(Duration::from_secs(60)).expect("the source stops on data loss");
+    assert_eq!(status.code(), Some(1), "non-zero exit");
+    let stderr = failing.stderr();
+    let expected_from = position.increment().to_string();
+    assert!(stderr.contains("data loss on capture instance `dbo_orders`"), "{stderr}");
+    assert!(stderr.contains(&format!("changes from {expected_from} to ")), "names the lost range from {expected_from}: {stderr}");
+
+    let skipping = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "fail_on_data_loss = false").1;
+    let mut source = SourceProcess::spawn(&worker, &skipping);
+    let after = wait_caught_up(&broker.bootstrap, &topic, &config, &source, Duration::from_secs(60)).await;
+    source.stop();
+    let skipped: Vec<&Event> = after.iter().flat_map(|c| c.events.iter()).collect();
+    assert_eq!(skipped.len(), 1, "one data_skipped event: {skipped:?}");
+    let Event::DataSkipped { from_lsn, to_lsn, certain } = skipped[0];
+    assert_eq!(from_lsn.to_string(), expected_from);
+    assert!(*certain && to_lsn.to_string() < low, "skipped up to just below the low water mark {low}");
+    let resumed = after.iter().find(|c| !c.events.is_empty()).unwrap();
+    assert_eq!(resumed.from_lsn, position, "the batch with the event continues the tiling");
+}
+
+/// `source_time_zone` by Windows name: commit times cross Europe's 2026 fall-back (03:00 CEST
+/// → 02:00 CET on 25 October) and map to the right UTC instants, including the repeated hour.
+#[tokio::test(flavor = "multi_thread")]
+async fn commit_times_cross_a_dst_transition_correctly() {
+    let broker = TestBroker::start();
+    let sim = SimServer::start(&["--zone", "W. Europe Standard Time"]);
+    let config = sim.client_config();
+    setup_orders(&sim);
+    exec(&config, "EXEC sim.set_clock @utc = '2026-10-24T23:30:00', @freeze = 1").await;
+    // (order_id, minutes to advance before the commit, expected UTC)
+    let steps = [(1, 0, "2026-10-24T23:30:00"), (2, 60, "2026-10-25T00:30:00"), (3, 40, "2026-10-25T01:10:00"), (4, 60, "2026-10-25T02:10:00")];
+    for (id, advance, _) in steps {
+        exec(&config, &format!("EXEC sim.advance_clock @seconds = {}", advance * 60)).await;
+        exec(&config, &format!("INSERT INTO dbo.orders (order_id, customer_id, status, amount, currency) VALUES ({id}, 1, 'new', 1.00, 'EUR')")).await;
+    }
+    exec(&config, "EXEC sim.run_capture_job").await;
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique("dst");
+    let topic = format!("{prefix}.sales.dbo.orders");
+    // One commit per batch: the repeated hour must keep its order across batches too.
+    let (worker, connector) =
+        source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "source_time_zone = \"W. Europe Standard Time\"\nmax_commits_per_batch = 1");
+    let mut source = SourceProcess::spawn(&worker, &connector);
+    wait_caught_up(&broker.bootstrap, &topic, &config, &source, Duration::from_secs(60)).await;
+    source.stop();
+    let data = read_all(&broker.bootstrap, &topic);
+    for (id, _, expected) in steps {
+        let value: serde_json::Value = data
+            .iter()
+            .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+            .find(|v| v["order_id"] == id)
+            .unwrap_or_else(|| panic!("order {id} published"));
+        assert_eq!(value["_commit_ts"].as_str().unwrap(), format!("{expected}.000000Z"), "order {id}");
+    }
+}
+
+/// Faults: deadlock victim (1205), lock timeout (1222) and dropped connections during reads
+/// are retried on a new connection with no loss or duplicate; a longer outage stops the stage
+/// with a clear error and a non-zero exit.
+#[tokio::test(flavor = "multi_thread")]
+async fn injected_faults_are_survived_and_an_outage_stops_the_stage() {
+    let broker = TestBroker::start();
+    let mut sim = SimServer::start(&[]);
+    let config = sim.client_config();
+    setup_orders(&sim);
+    workload(&sim, 1500, 0, 31);
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique("fault");
+    let topic = format!("{prefix}.sales.dbo.orders");
+    let (worker, connector) =
+        source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "max_commits_per_batch = 3\nretry_timeout_ms = 3000");
+    for kind in ["deadlock", "lock_timeout", "disconnect", "deadlock", "disconnect", "lock_timeout"] {
+        exec(&config, &format!("EXEC sim.inject_fault @kind = '{kind}', @count = 1")).await;
+    }
+    let mut source = SourceProcess::spawn(&worker, &connector);
+    for kind in ["disconnect", "deadlock", "lock_timeout"] {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        exec(&config, &format!("EXEC sim.inject_fault @kind = '{kind}', @count = 2")).await;
+    }
+    let records = wait_caught_up(&broker.bootstrap, &topic, &config, &source, Duration::from_secs(120)).await;
+    let stderr = source.stderr();
+    let retries = stderr.matches("retrying the batch on a new connection").count();
+    assert!(retries >= 6, "faults were met and retried ({retries}):\n{stderr}");
+    let truth = truth(&config).await;
+    let data = read_all(&broker.bootstrap, &topic);
+    check_contract(&records, &data, &truth, Some(3));
+
+    // The server goes away for longer than retry_timeout_ms.
+    drop(std::mem::replace(&mut sim, SimServer::start(&[])));
+    let status = source.wait(Duration::from_secs(60)).expect("the source gives up after retry_timeout_ms");
+    assert_eq!(status.code(), Some(1));
+    let stderr = source.stderr();
+    assert!(stderr.contains("SQL Server unavailable for"), "{stderr}");
+    assert!(!stderr.contains(support::SIM_PASSWORD), "no password in the logs");
+}
