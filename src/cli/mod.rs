@@ -1,6 +1,8 @@
 //! The command line: one subcommand per file.
 
 #[cfg(feature = "embedded-broker")]
+mod bench;
+#[cfg(feature = "embedded-broker")]
 mod broker;
 #[cfg(feature = "embedded-broker")]
 mod demo;
@@ -29,6 +31,9 @@ enum Command {
     /// Run the embedded demo (today: the embedded broker and a Kafka round trip; see README)
     #[cfg(feature = "embedded-broker")]
     Demo(demo::DemoArgs),
+    /// Benchmarks with a baseline measured in the same run (see docs/operations.md)
+    #[cfg(feature = "embedded-broker")]
+    Bench(bench::BenchArgs),
     /// Run the embedded Kafka-protocol broker (tansu) until SIGINT/SIGTERM
     #[cfg(feature = "embedded-broker")]
     Broker(broker::BrokerArgs),
@@ -46,6 +51,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         #[cfg(feature = "embedded-broker")]
         Command::Demo(args) => runtime()?.block_on(demo::run(args)),
+        #[cfg(feature = "embedded-broker")]
+        Command::Bench(args) => runtime()?.block_on(bench::run(args)),
         #[cfg(feature = "embedded-broker")]
         Command::Broker(args) => runtime()?.block_on(broker::run(args)),
         Command::Run(args) => runtime()?.block_on(run::run(args)),

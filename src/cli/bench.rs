@@ -1,0 +1,206 @@
+//! `mssql-cdc bench`: stage benchmarks with a baseline measured in the same run.
+//!
+//! `bench source`: a workload on the in-process simulator (served over TDS), the source stage
+//! reading one capture instance into the embedded broker; then a raw rdkafka producer sending
+//! the very same records (keys and values read back from the data topic) with the same
+//! producer settings. Both rates are printed side by side, with the process's peak RSS.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mssql_cdc::broker::{self, BrokerOptions, BrokerStorage};
+use mssql_cdc::kafka::KafkaConfig;
+use mssql_cdc::sim::workload::{SqlClient, Workload, WorkloadOptions, ORDERS_CDC, ORDERS_DDL};
+use mssql_cdc::sim::{tds, LocalClient, SimConfig, Simulator};
+use mssql_cdc::source::mssql::config::{ConnectionString, Encrypt};
+use mssql_cdc::source::mssql::publish::Publisher;
+use mssql_cdc::source::mssql::stream::Stream;
+use mssql_cdc::source::mssql::MssqlSourceOptions;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: BenchWhat,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum BenchWhat {
+    /// The source: one capture instance into the embedded broker, next to a raw producer
+    Source(SourceBench),
+}
+
+#[derive(Debug, clap::Args)]
+struct SourceBench {
+    /// Changes the workload makes before the source starts.
+    #[arg(long, default_value_t = 200_000)]
+    changes: u64,
+    /// The source's max_commits_per_batch (unlimited when omitted).
+    #[arg(long)]
+    max_commits_per_batch: Option<u64>,
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    match args.what {
+        BenchWhat::Source(bench) => source(bench).await,
+    }
+}
+
+async fn source(args: SourceBench) -> anyhow::Result<ExitCode> {
+    let broker = broker::start(&BrokerOptions {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        advertised_host: None,
+        storage: BrokerStorage::Memory,
+        tls_cert: None,
+        tls_key: None,
+        cluster_id: "mssql-cdc-bench".to_owned(),
+    })
+    .await?;
+    let kafka = KafkaConfig { bootstrap_servers: broker.address.to_string(), ..KafkaConfig::default() };
+
+    let sim = Simulator::new(SimConfig::default());
+    let mut setup = LocalClient::new(&sim);
+    for sql in std::iter::once(ORDERS_DDL).chain(ORDERS_CDC.iter().copied()) {
+        setup.execute(sql, &[]).map_err(|error| anyhow::anyhow!("setup: {error}"))?;
+    }
+    let options = WorkloadOptions { rate: 0, changes: args.changes, ..WorkloadOptions::default() };
+    let workload_sim = sim.clone();
+    let report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
+    let _jobs = sim.spawn_jobs(Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let expected = sim.changes("dbo_orders").len() as u64;
+    println!("workload: {} changes in {} transactions -> {expected} change rows", report.changes, report.transactions);
+    let shutdown = CancellationToken::new();
+    let address = tds::start(sim.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), shutdown.clone()).await?;
+
+    let options = MssqlSourceOptions {
+        connection_string: Some(ConnectionString(format!("Server=127.0.0.1,{};Database=sales", address.port()))),
+        user: Some("sa".into()),
+        password: Some(mssql_cdc::config::secret::Secret::Inline(mssql_cdc::config::secret::SecretString::new(std::env::var("MSSQL_CDC_SIM_PASSWORD").unwrap_or_else(|_| "Sim-Passw0rd".into())))),
+        encrypt: Encrypt::NotSupported,
+        capture_instances: vec!["dbo_orders".into()],
+        topic_prefix: Some("bench".into()),
+        max_commits_per_batch: args.max_commits_per_batch,
+        poll_interval_ms: 50,
+        ..MssqlSourceOptions::default()
+    };
+    let stream = Stream::new("bench-source", "dbo_orders", Arc::new(options), &kafka, None)?;
+    let cancel = CancellationToken::new();
+    let started = Instant::now();
+    let task = tokio::spawn(stream.run(cancel.clone()));
+    let control = "bench.sales.dbo.orders.control";
+    let reader = Publisher::new(&kafka, &Default::default(), "bench-reader")?;
+    let (rows, bytes, batches) = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        anyhow::ensure!(!task.is_finished(), "the source stopped early");
+        if !broker_topic_has_data(&kafka, control) {
+            continue;
+        }
+        let totals = tokio::task::block_in_place(|| control_totals(&kafka, control))?;
+        if totals.0 >= expected {
+            break totals;
+        }
+        anyhow::ensure!(started.elapsed() < Duration::from_secs(600), "the source did not finish in 10 minutes");
+    };
+    let source_secs = started.elapsed().as_secs_f64();
+    cancel.cancel();
+    task.await??;
+    drop(reader);
+
+    // Baseline: the same records, produced raw.
+    let records = tokio::task::block_in_place(|| read_topic(&kafka, "bench.sales.dbo.orders"))?;
+    let raw = Publisher::new(&kafka, &Default::default(), "bench-raw")?;
+    raw.ensure_topics("bench.raw", 3, "bench.raw.control").await?;
+    let started = Instant::now();
+    raw.begin();
+    for (key, value) in &records {
+        raw.send("bench.raw", key, value)?;
+    }
+    let acked: u64 = raw.finish()?.iter().map(|p| p.records).sum();
+    let raw_secs = started.elapsed().as_secs_f64();
+    let raw_bytes: usize = records.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if records.len() as u64 != rows {
+        println!("note: {} of the {rows} records were read back for the baseline", records.len());
+    }
+    shutdown.cancel();
+
+    println!(
+        "source (SQL Server CDC over TDS -> Arrow -> JSON -> broker, {batches} batches): {rows} rows, {:.1} MB in {source_secs:.2} s = {:.0} rows/s, {:.1} MB/s",
+        bytes as f64 / 1e6,
+        rows as f64 / source_secs,
+        bytes as f64 / 1e6 / source_secs
+    );
+    println!(
+        "baseline (raw rdkafka producer, same records, same settings): {acked} rows, {:.1} MB in {raw_secs:.2} s = {:.0} rows/s, {:.1} MB/s",
+        raw_bytes as f64 / 1e6,
+        acked as f64 / raw_secs,
+        raw_bytes as f64 / 1e6 / raw_secs
+    );
+    println!("peak RSS of the process (simulator, broker and source together): {:.0} MB", peak_rss_mb());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn broker_topic_has_data(kafka: &KafkaConfig, topic: &str) -> bool {
+    let Ok(consumer) = kafka.client_config().map(|c| c.create::<BaseConsumer>()) else { return false };
+    let Ok(consumer) = consumer else { return false };
+    consumer.fetch_watermarks(topic, 0, Duration::from_secs(5)).is_ok_and(|(low, high)| high > low)
+}
+
+/// (rows, bytes, batches) summed over the control topic.
+fn control_totals(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<(u64, u64, u64)> {
+    let records = read_partitions(kafka, topic)?;
+    let mut totals = (0, 0, 0);
+    for (_, value) in records {
+        let control: mssql_cdc::log::ControlRecord = serde_json::from_slice(&value)?;
+        totals.0 += control.rows;
+        totals.1 += control.metrics.bytes;
+        totals.2 += 1;
+    }
+    Ok(totals)
+}
+
+fn read_topic(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    read_partitions(kafka, topic)
+}
+
+/// Every record of every partition of `topic`, up to the current ends.
+fn read_partitions(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut config = kafka.client_config()?;
+    config.set("group.id", format!("bench-{}", uuid::Uuid::new_v4())).set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = config.create()?;
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let mut assignment = TopicPartitionList::new();
+    let mut remaining = 0i64;
+    for partition in metadata.topics()[0].partitions() {
+        let (low, high) = consumer.fetch_watermarks(topic, partition.id(), Duration::from_secs(10))?;
+        if high > low {
+            assignment.add_partition_offset(topic, partition.id(), Offset::Offset(low))?;
+            remaining += high - low;
+        }
+    }
+    let mut out = Vec::with_capacity(remaining as usize);
+    if remaining == 0 {
+        return Ok(out);
+    }
+    consumer.assign(&assignment)?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while (out.len() as i64) < remaining && Instant::now() < deadline {
+        if let Some(message) = consumer.poll(Duration::from_millis(500)) {
+            let message = message?;
+            out.push((message.key().unwrap_or_default().to_vec(), message.payload().unwrap_or_default().to_vec()));
+        }
+    }
+    Ok(out)
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .map_or(0.0, |kb| kb / 1024.0)
+}
