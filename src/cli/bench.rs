@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use mssql_cdc::broker::{self, BrokerOptions, BrokerStorage};
 use mssql_cdc::kafka::KafkaConfig;
-use mssql_cdc::sim::workload::{SqlClient, Workload, WorkloadOptions, ORDERS_CDC, ORDERS_DDL};
+use mssql_cdc::sim::workload::{create_orders, Workload, WorkloadOptions};
 use mssql_cdc::sim::{tds, LocalClient, SimConfig, Simulator};
 use mssql_cdc::source::mssql::config::{ConnectionString, Encrypt};
 use mssql_cdc::source::mssql::publish::Publisher;
@@ -65,9 +65,7 @@ async fn source(args: SourceBench) -> anyhow::Result<ExitCode> {
 
     let sim = Simulator::new(SimConfig::default());
     let mut setup = LocalClient::new(&sim);
-    for sql in std::iter::once(ORDERS_DDL).chain(ORDERS_CDC.iter().copied()) {
-        setup.execute(sql, &[]).map_err(|error| anyhow::anyhow!("setup: {error}"))?;
-    }
+    create_orders(&mut setup).map_err(|error| anyhow::anyhow!("setup: {error}"))?;
     let options = WorkloadOptions { rate: 0, changes: args.changes, ..WorkloadOptions::default() };
     let workload_sim = sim.clone();
     let report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
@@ -153,7 +151,7 @@ fn broker_topic_has_data(kafka: &KafkaConfig, topic: &str) -> bool {
 
 /// (rows, bytes, batches) summed over the control topic.
 fn control_totals(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<(u64, u64, u64)> {
-    let records = read_partitions(kafka, topic)?;
+    let records = read_partitions(kafka, topic, false)?;
     let mut totals = (0, 0, 0);
     for (_, value) in records {
         let control: mssql_cdc::log::ControlRecord = serde_json::from_slice(&value)?;
@@ -165,11 +163,12 @@ fn control_totals(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<(u64, u64,
 }
 
 fn read_topic(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    read_partitions(kafka, topic)
+    read_partitions(kafka, topic, true)
 }
 
-/// Every record of every partition of `topic`, up to the current ends.
-fn read_partitions(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+/// Every record of every partition of `topic`, up to the current ends (with `settle`, also
+/// what arrives within 3 s after them).
+fn read_partitions(kafka: &KafkaConfig, topic: &str, settle: bool) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut config = kafka.client_config()?;
     config.set("group.id", format!("bench-{}", uuid::Uuid::new_v4())).set("enable.auto.commit", "false");
     let consumer: BaseConsumer = config.create()?;
@@ -188,11 +187,15 @@ fn read_partitions(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<
         return Ok(out);
     }
     consumer.assign(&assignment)?;
+    // Read until the watermarks are reached and nothing more arrives for 3 s (the memory
+    // storage's watermarks can lag what a consumer reads).
     let deadline = Instant::now() + Duration::from_secs(300);
-    while (out.len() as i64) < remaining && Instant::now() < deadline {
-        if let Some(message) = consumer.poll(Duration::from_millis(500)) {
+    let mut last = Instant::now();
+    while Instant::now() < deadline && ((out.len() as i64) < remaining || (settle && last.elapsed() < Duration::from_secs(3))) {
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
             let message = message?;
             out.push((message.key().unwrap_or_default().to_vec(), message.payload().unwrap_or_default().to_vec()));
+            last = Instant::now();
         }
     }
     Ok(out)

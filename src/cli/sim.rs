@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use mssql_cdc::sim::client::{BlockingClient, ClientConfig};
-use mssql_cdc::sim::workload::{SqlClient, Workload, WorkloadOptions, ORDERS_CDC, ORDERS_DDL};
+use mssql_cdc::sim::workload::{create_orders, SqlClient, Workload, WorkloadOptions};
 use mssql_cdc::sim::{tds, LocalClient, ServerZone, SimConfig, Simulator};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -108,9 +108,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
     let sim = Simulator::new(SimConfig::default());
     let mut setup = LocalClient::new(&sim);
-    for sql in std::iter::once(ORDERS_DDL).chain(ORDERS_CDC.iter().copied()) {
-        setup.execute(sql, &[]).map_err(|error| anyhow::anyhow!("setup: {error}"))?;
-    }
+    create_orders(&mut setup).map_err(|error| anyhow::anyhow!("setup: {error}"))?;
     let options = WorkloadOptions { rate: 0, changes: args.changes, ..WorkloadOptions::default() };
     let workload_sim = sim.clone();
     let report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
@@ -198,9 +196,7 @@ fn workload(args: WorkloadArgs) -> anyhow::Result<ExitCode> {
         (None, None) => unreachable!("one of the two is set"),
     };
     if args.setup || local.is_some() {
-        for sql in std::iter::once(ORDERS_DDL).chain(ORDERS_CDC.iter().copied()) {
-            client.execute(sql, &[]).map_err(|error| anyhow::anyhow!("setting up dbo.orders: {error}"))?;
-        }
+        create_orders(client.as_mut()).map_err(|error| anyhow::anyhow!("setting up dbo.orders: {error}"))?;
     }
     let report = Workload::new(args.workload, Vec::new()).run(client.as_mut())?;
     println!(

@@ -43,6 +43,14 @@ pub const ORDERS_CDC: &[&str] = &[
     "EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'orders', @role_name = NULL, @supports_net_changes = 1",
 ];
 
+/// Creates `dbo.orders` and enables CDC on it ([`ORDERS_DDL`], then [`ORDERS_CDC`]).
+pub fn create_orders(client: &mut dyn SqlClient) -> Result<(), SqlError> {
+    for sql in std::iter::once(ORDERS_DDL).chain(ORDERS_CDC.iter().copied()) {
+        client.execute(sql, &[])?;
+    }
+    Ok(())
+}
+
 /// Shape of a workload.
 #[derive(Clone, Debug, clap::Args)]
 pub struct WorkloadOptions {

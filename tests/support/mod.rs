@@ -15,6 +15,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 pub mod sim;
+pub mod registry;
 pub mod source;
 
 use mssql_cdc::kafka::KafkaConfig;
