@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::format::RecordFormat;
+use super::schema::TableSchema;
 use crate::lsn::Lsn;
 
 /// The version of this layout; readers refuse records of a newer major version.
@@ -57,6 +58,9 @@ pub struct ControlRecord {
     pub format: RecordFormat,
     /// Fingerprint of the record layout ([`super::schema::TableSchema::fingerprint`]).
     pub schema_version: u64,
+    /// The record layout itself (captured columns with their log types, key, whether
+    /// `_command_id` is carried), so a sink decodes any batch without other state.
+    pub schema: TableSchema,
     /// With Avro, the registry id of the value schema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema_id: Option<u32>,
@@ -187,6 +191,11 @@ mod tests {
             partitions: vec![PartitionRange { partition: 1, first_offset: 10, last_offset: 14, records: 5 }],
             format: RecordFormat::Json,
             schema_version: 42,
+            schema: TableSchema {
+                columns: vec![crate::log::schema::Column { name: "order_id".into(), ty: crate::log::ColumnType::Decimal { precision: 18, scale: 2 } }],
+                key: vec!["order_id".into()],
+                include_command_id: true,
+            },
             schema_id: None,
             events: vec![Event::DataSkipped { from_lsn: Lsn::parse_hex("1").unwrap(), to_lsn: Lsn::parse_hex("2").unwrap(), certain: true }],
             warnings: vec![],

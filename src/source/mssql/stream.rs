@@ -343,6 +343,7 @@ impl Stream {
             partitions,
             format: self.options.format,
             schema_version: setup.schema.fingerprint(),
+            schema: setup.schema.clone(),
             schema_id: setup.value_schema_id,
             events,
             warnings,
