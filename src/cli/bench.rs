@@ -33,6 +33,9 @@ pub struct BenchArgs {
 enum BenchWhat {
     /// The source: one capture instance into the embedded broker, next to a raw producer
     Source(SourceBench),
+    /// The source's feed, then the bronze sink into Delta, next to writing the same Arrow
+    /// batches straight to Parquet on the same disk
+    Bronze(SourceBench),
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,11 +50,12 @@ struct SourceBench {
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
-        BenchWhat::Source(bench) => source(bench).await,
+        BenchWhat::Source(bench) => source(bench, false).await,
+        BenchWhat::Bronze(bench) => source(bench, true).await,
     }
 }
 
-async fn source(args: SourceBench) -> anyhow::Result<ExitCode> {
+async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode> {
     let broker = broker::start(&BrokerOptions {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         advertised_host: None,
@@ -140,7 +144,89 @@ async fn source(args: SourceBench) -> anyhow::Result<ExitCode> {
         raw_bytes as f64 / 1e6 / raw_secs
     );
     println!("peak RSS of the process (simulator, broker and source together): {:.0} MB", peak_rss_mb());
+    if then_bronze {
+        bronze(&kafka, batches).await?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The bronze sink over the feed just published, then the same rows as Arrow batches written
+/// straight to one Parquet file in the same directory.
+async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
+    use mssql_cdc::config::WorkerConfig;
+    use mssql_cdc::sink::bronze::records::{decode_json, DataRecord};
+    use mssql_cdc::sink::bronze::{BronzeOptions, BronzeSink};
+    use mssql_cdc::stage::{Stage, StageContext};
+
+    let dir = std::env::temp_dir().join(format!("mssql-cdc-bench-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir)?;
+    let (target, facts) = (dir.join("bronze").display().to_string(), dir.join("facts").display().to_string());
+    let options = BronzeOptions {
+        topic: Some("bench.sales.dbo.orders".into()),
+        target: Some(target.clone()),
+        app_id: Some("bench-bronze".into()),
+        facts_table: Some(facts.clone()),
+        ..BronzeOptions::default()
+    };
+    let context = StageContext { name: "bench-bronze".into(), worker: WorkerConfig { kafka: kafka.clone(), ..WorkerConfig::default() } };
+    // Peak RSS from here on (Linux: writing 5 to clear_refs resets VmHWM).
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let base_rss = peak_rss_mb();
+    let cancel = CancellationToken::new();
+    let started = Instant::now();
+    let task = tokio::spawn(Box::new(BronzeSink::new(options, &context)).run(cancel.clone()));
+    let last = batches as i64 - 1;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        anyhow::ensure!(!task.is_finished(), "the bronze sink stopped early");
+        if let Some(table) = mssql_cdc::delta::table::open(&facts).await? {
+            if mssql_cdc::delta::table::txn_version(&table, "bench-bronze#facts").await?.unwrap_or(-1) >= last {
+                break;
+            }
+        }
+    }
+    let bronze_secs = started.elapsed().as_secs_f64();
+    cancel.cancel();
+    task.await??;
+    let bronze_peak = peak_rss_mb();
+
+    let controls: Vec<mssql_cdc::log::ControlRecord> =
+        tokio::task::block_in_place(|| read_partitions(kafka, "bench.sales.dbo.orders.control", false))?.iter().map(|(_, v)| serde_json::from_slice(v)).collect::<Result<_, _>>()?;
+    let records = tokio::task::block_in_place(|| read_topic(kafka, "bench.sales.dbo.orders"))?;
+    let bytes: usize = records.iter().map(|(_, v)| v.len()).sum();
+    let rows = records.len();
+    let schema = &controls.last().ok_or_else(|| anyhow::anyhow!("no control records"))?.schema;
+    let started = Instant::now();
+    let data: Vec<DataRecord> = records.into_iter().enumerate().map(|(i, (_, value))| DataRecord { partition: 0, offset: i as i64, value }).collect();
+    let mut arrow_batches = Vec::new();
+    for chunk in data.chunks(10_000) {
+        let decoded = decode_json(schema, chunk, 0, "0x", "0xFFFFFFFFFFFFFFFFFFFFF");
+        anyhow::ensure!(decoded.bad.is_empty(), "baseline decode failed: {:?}", decoded.bad.first().map(|b| &b.1));
+        arrow_batches.extend(decoded.batch);
+    }
+    let decode_secs = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let file = std::fs::File::create(dir.join("baseline.parquet"))?;
+    let mut writer = deltalake::parquet::arrow::ArrowWriter::try_new(file, arrow_batches[0].schema(), None)?;
+    for batch in &arrow_batches {
+        writer.write(batch)?;
+    }
+    writer.close()?;
+    let write_secs = started.elapsed().as_secs_f64();
+    let files = std::fs::read_dir(&target)?.filter(|e| e.as_ref().is_ok_and(|e| e.path().extension().is_some_and(|x| x == "parquet"))).count();
+    println!(
+        "bronze sink (control topic -> {batches} batches read by offset range -> JSON decode -> Delta commits with txn, plus facts): {rows} rows, {:.1} MB in {bronze_secs:.2} s = {:.0} rows/s, {:.1} MB/s; {files} data files; peak RSS {bronze_peak:.0} MB (from {base_rss:.0} MB at the start of the phase)",
+        bytes as f64 / 1e6,
+        rows as f64 / bronze_secs,
+        bytes as f64 / 1e6 / bronze_secs
+    );
+    println!(
+        "baseline (same rows: JSON decode {decode_secs:.2} s, then the same Arrow batches to one Parquet file {write_secs:.2} s): {:.0} rows/s decode+write, {:.0} rows/s write only",
+        rows as f64 / (decode_secs + write_secs),
+        rows as f64 / write_secs
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }
 
 fn broker_topic_has_data(kafka: &KafkaConfig, topic: &str) -> bool {

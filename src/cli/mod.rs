@@ -8,6 +8,7 @@ mod broker;
 mod demo;
 mod run;
 mod sim;
+mod table;
 mod validate;
 
 use std::process::ExitCode;
@@ -37,6 +38,10 @@ enum Command {
     /// Run the embedded Kafka-protocol broker (tansu) until SIGINT/SIGTERM
     #[cfg(feature = "embedded-broker")]
     Broker(broker::BrokerArgs),
+    /// Compact a Delta table's small files (optionally z-ordered)
+    Optimize(table::OptimizeArgs),
+    /// Delete a Delta table's files older versions no longer need
+    Vacuum(table::VacuumArgs),
     /// Run connectors (Kafka Connect standalone style) until SIGINT/SIGTERM or a stage error
     Run(run::RunArgs),
     /// The SQL Server simulator: serve it over TDS, or drive a workload
@@ -56,6 +61,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "embedded-broker")]
         Command::Broker(args) => runtime()?.block_on(broker::run(args)),
         Command::Run(args) => runtime()?.block_on(run::run(args)),
+        Command::Optimize(args) => runtime()?.block_on(table::optimize(args)),
+        Command::Vacuum(args) => runtime()?.block_on(table::vacuum(args)),
         Command::Sim(args) => sim::run(args),
         Command::Validate(args) => validate::run(args),
     }

@@ -1,3 +1,5 @@
-//! Delta Lake plumbing shared by the sinks. The table writers arrive with the bronze sink.
+//! Delta Lake plumbing shared by the sinks: table locations, and appends made idempotent by
+//! `txn` actions ([`table`]).
 
 pub mod location;
+pub mod table;

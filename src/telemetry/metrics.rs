@@ -33,7 +33,23 @@ pub const SOURCE_POSITION_LSN: &str = "mssql_cdc_source_position_lsn";
 /// Transient SQL Server errors retried on a new connection (counter).
 pub const SOURCE_RETRIES_TOTAL: &str = "mssql_cdc_source_retries_total";
 
+/// Batches the bronze sink completed (data and facts written), per app_id (counter).
+pub const BRONZE_BATCHES_TOTAL: &str = "mssql_cdc_bronze_batches_total";
+/// Rows the bronze sink appended, per app_id (counter).
+pub const BRONZE_ROWS_TOTAL: &str = "mssql_cdc_bronze_rows_total";
+/// Time to write one batch (read, decode, data and facts commits), seconds (histogram).
+pub const BRONZE_COMMIT_DURATION_SECONDS: &str = "mssql_cdc_bronze_commit_duration_seconds";
+/// Control records not yet processed, behind the control topic's end (gauge).
+pub const BRONZE_RECORDS_BEHIND: &str = "mssql_cdc_bronze_records_behind";
+/// Records sent to the dead-letter topic (counter).
+pub const BRONZE_DEAD_LETTERED_TOTAL: &str = "mssql_cdc_bronze_dead_lettered_total";
+
 fn describe_all() {
+    describe_counter!(BRONZE_BATCHES_TOTAL, Unit::Count, "Batches the bronze sink completed.");
+    describe_counter!(BRONZE_ROWS_TOTAL, Unit::Count, "Rows appended to bronze.");
+    describe_histogram!(BRONZE_COMMIT_DURATION_SECONDS, Unit::Seconds, "Time to write one batch: read, decode, data and facts commits.");
+    describe_gauge!(BRONZE_RECORDS_BEHIND, "Control records behind the control topic's end.");
+    describe_counter!(BRONZE_DEAD_LETTERED_TOTAL, Unit::Count, "Records sent to the dead-letter topic.");
     describe_counter!(SOURCE_ROWS_TOTAL, Unit::Count, "Change rows published, per capture instance.");
     describe_counter!(SOURCE_BYTES_TOTAL, Unit::Bytes, "Bytes of data records published, per capture instance.");
     describe_counter!(SOURCE_BATCHES_TOTAL, Unit::Count, "Batches published (control records, heartbeats included).");

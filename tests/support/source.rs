@@ -55,7 +55,13 @@ pub struct SourceProcess {
 impl SourceProcess {
     /// Starts it.
     pub fn spawn(worker: &Path, connector: &Path) -> Self {
+        Self::spawn_with_env(worker, connector, &[])
+    }
+
+    /// Starts `mssql-cdc run` for any connector file, with extra environment variables.
+    pub fn spawn_with_env(worker: &Path, connector: &Path, env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(bin())
+            .envs(env.iter().copied())
             .args(["run", "--worker"])
             .arg(worker)
             .arg(connector)

@@ -1,7 +1,251 @@
-//! `delta-bronze`: Kafka to the bronze Delta table and the facts table, exactly once. This
-//! folder holds its options; the sink arrives with its issue. See
-//! `docs/connectors/delta-bronze.md`.
+//! `delta-bronze`: the feed (data and control topics) into a bronze Delta table and the facts
+//! table, exactly once without Kafka transactions.
+//!
+//! The loop follows the control topic in order. For each batch it reads exactly the data
+//! records the control record names (its offset ranges per partition), appends them to bronze
+//! in one Delta commit carrying `txn(app_id, batch_id)` and the batch's LSN range in the commit
+//! metadata, then appends the batch's facts rows with `txn(<app_id>#facts, batch_id)`. On start
+//! it reads both `txn` versions back from the Delta logs: a batch at or below a version is not
+//! written again there, so a crash at any point, a re-delivered control record or a duplicated
+//! data record changes nothing. Consumer-group offsets are committed only for lag tools.
+//!
+//! See `docs/connectors/delta-bronze.md` and `docs/tables.md`.
 
 pub mod config;
+pub mod error;
+pub mod feed;
+pub mod records;
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use deltalake::DeltaTable;
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
 
 pub use config::BronzeOptions;
+pub use error::BronzeError;
+
+use self::config::Tolerance;
+use self::feed::Feed;
+use crate::delta::table as delta;
+use crate::kafka::KafkaConfig;
+use crate::log::control::ControlRecord;
+use crate::log::topic::control_topic_for;
+use crate::log::RecordFormat;
+use crate::sink::facts::{facts_app_id, facts_comments, facts_rows, facts_schema, SinkMetrics};
+use crate::stage::{Stage, StageContext, StageError};
+use crate::telemetry::metrics as m;
+
+/// The `delta-bronze` stage.
+pub struct BronzeSink {
+    name: String,
+    options: BronzeOptions,
+    kafka: KafkaConfig,
+}
+
+impl BronzeSink {
+    /// A sink from validated options.
+    pub fn new(options: BronzeOptions, context: &StageContext) -> Self {
+        Self { name: context.name.clone(), options, kafka: context.worker.kafka.clone() }
+    }
+}
+
+impl Stage for BronzeSink {
+    fn run(self: Box<Self>, cancel: CancellationToken) -> BoxFuture<'static, Result<(), StageError>> {
+        let name = self.name.clone();
+        Box::pin(async move {
+            let result = async { Writer::start(*self).await?.run(cancel).await }.await;
+            result.map_err(|e| StageError::new(&name, e))
+        })
+    }
+}
+
+/// Fault injection for the crash tests: with `MSSQL_CDC_FAULT_ABORT_AFTER_DATA_COMMIT=<batch
+/// id>` the process aborts right after that batch's bronze commit, before its facts commit.
+fn crash_point(batch_id: u64) {
+    if std::env::var("MSSQL_CDC_FAULT_ABORT_AFTER_DATA_COMMIT").ok().and_then(|v| v.parse::<u64>().ok()) == Some(batch_id) {
+        tracing::error!(batch_id, "fault injection: aborting between the data commit and the facts commit");
+        std::process::abort();
+    }
+}
+
+/// The running sink.
+struct Writer {
+    name: String,
+    options: BronzeOptions,
+    target: String,
+    app_id: String,
+    control_topic: String,
+    data_topic: String,
+    feed: Feed,
+    bronze: Option<DeltaTable>,
+    facts: Option<DeltaTable>,
+    /// `txn` versions read back from the tables (-1: none).
+    bronze_version: i64,
+    facts_version: i64,
+}
+
+impl Writer {
+    async fn start(sink: BronzeSink) -> Result<Self, BronzeError> {
+        let options = sink.options;
+        if options.format == RecordFormat::Avro {
+            return Err(BronzeError::UnsupportedFormat("avro".into()));
+        }
+        let data_topic = options.topic.clone().unwrap_or_default();
+        let control_topic = options.control_topic.clone().unwrap_or_else(|| control_topic_for(&data_topic));
+        let target = options.target.clone().unwrap_or_default();
+        let app_id = options.app_id.clone().unwrap_or_default();
+        let dead_letter = match options.errors.tolerance {
+            Tolerance::All => options.errors.dead_letter_topic.as_deref(),
+            Tolerance::None => None,
+        };
+        let feed = Feed::new(&sink.kafka, &options.consumer_properties, &app_id, &data_topic, &control_topic, dead_letter)?;
+        feed.ensure_dead_letter_topic(&sink.kafka).await?;
+        let bronze = delta::open(&target).await?;
+        let bronze_version = match &bronze {
+            Some(table) => delta::txn_version(table, &app_id).await?.unwrap_or(-1),
+            None => -1,
+        };
+        let (facts, facts_version) = match &options.facts_table {
+            Some(location) => {
+                let table = match delta::open(location).await? {
+                    Some(table) => table,
+                    None => delta::create(location, &facts_schema(), &facts_comments(), "mssql-cdc facts: one row per batch and event").await?,
+                };
+                let version = delta::txn_version(&table, &facts_app_id(&app_id)).await?.unwrap_or(-1);
+                (Some(table), version)
+            }
+            None => (None, -1),
+        };
+        Ok(Self { name: sink.name, options, target, app_id, control_topic, data_topic, feed, bronze, facts, bronze_version, facts_version })
+    }
+
+    async fn run(mut self, cancel: CancellationToken) -> Result<(), BronzeError> {
+        let written = self.bronze_version.max(self.facts_version);
+        let last = tokio::task::block_in_place(|| self.feed.last_batch_id())?;
+        if written >= 0 && last.is_none_or(|last| (last as i64) < written) {
+            return Err(BronzeError::RewoundFeed {
+                app_id: self.app_id.clone(),
+                target: self.target.clone(),
+                written,
+                control_topic: self.control_topic.clone(),
+                found: last.map_or("is empty".to_owned(), |b| format!("ends at batch {b}")),
+            });
+        }
+        let needed = self.bronze_version.min(if self.facts.is_some() { self.facts_version } else { self.bronze_version }) + 1;
+        let hint = self.feed.committed().unwrap_or(0);
+        self.feed.assign_control(hint)?;
+        tracing::info!(connector = %self.name, app_id = %self.app_id, bronze_version = self.bronze_version, facts_version = self.facts_version, control_offset = hint, "bronze sink resuming");
+        let mut first = true;
+        let mut last_seen: Option<u64> = None;
+        let labels = [("app_id", self.app_id.clone())];
+        loop {
+            if cancel.is_cancelled() {
+                return Ok(());
+            }
+            let feed = &self.feed;
+            let Some((offset, control)) = tokio::task::block_in_place(|| feed.next_control(Duration::from_millis(500)))? else {
+                continue;
+            };
+            if first {
+                first = false;
+                if hint > 0 && (control.batch_id as i64) > needed {
+                    // The committed offset is past what the tables hold (it is only a hint).
+                    self.feed.assign_control(0)?;
+                    continue;
+                }
+            }
+            if let Some(previous) = last_seen {
+                if control.batch_id > previous + 1 {
+                    return Err(BronzeError::Gap { control_topic: self.control_topic.clone(), previous, next: control.batch_id });
+                }
+            }
+            last_seen = Some(last_seen.map_or(control.batch_id, |p| p.max(control.batch_id)));
+            let started = Instant::now();
+            self.batch(&control).await?;
+            self.feed.commit(offset + 1);
+            metrics::histogram!(m::BRONZE_COMMIT_DURATION_SECONDS, &labels).record(started.elapsed().as_secs_f64());
+            if let Some(behind) = self.feed.behind(offset + 1) {
+                metrics::gauge!(m::BRONZE_RECORDS_BEHIND, &labels).set(behind as f64);
+            }
+        }
+    }
+
+    /// Writes one batch where it is not written yet.
+    async fn batch(&mut self, control: &ControlRecord) -> Result<(), BronzeError> {
+        let id = control.batch_id as i64;
+        let data_done = id <= self.bronze_version || control.rows == 0;
+        let facts_done = self.facts.is_none() || id <= self.facts_version;
+        if data_done && facts_done {
+            return Ok(());
+        }
+        let mut sink = SinkMetrics::default();
+        if !data_done {
+            sink = self.append_data(control).await?;
+            crash_point(control.batch_id);
+        } else if control.rows > 0 {
+            sink.rows = control.rows;
+            sink.warnings.push("facts written after a restart: the data commit was already in bronze, so the sink's read metrics are not known".into());
+        }
+        if !facts_done {
+            let table = self.facts.take().expect("facts table present when facts are not done");
+            let rows = facts_rows(&self.target, &self.app_id, control, &sink, Utc::now());
+            let metadata = [("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id))];
+            let table = delta::append(table, vec![rows], &facts_app_id(&self.app_id), id, metadata).await?;
+            self.facts = Some(table);
+            self.facts_version = id;
+        }
+        let labels = [("app_id", self.app_id.clone())];
+        metrics::counter!(m::BRONZE_BATCHES_TOTAL, &labels).increment(1);
+        Ok(())
+    }
+
+    /// Reads, decodes and appends a batch's rows; returns what was measured.
+    async fn append_data(&mut self, control: &ControlRecord) -> Result<SinkMetrics, BronzeError> {
+        let id = control.batch_id as i64;
+        let started = Instant::now();
+        let feed = &self.feed;
+        let records = tokio::task::block_in_place(|| feed.read_ranges(&control.partitions))?;
+        let mut sink = SinkMetrics { read_ms: started.elapsed().as_millis() as u64, bytes: records.iter().map(|r| r.value.len() as u64).sum(), ..Default::default() };
+        let decoded = records::decode_json(&control.schema, &records, control.batch_id, &control.from_lsn.to_string(), &control.to_lsn.to_string());
+        let labels = [("app_id", self.app_id.clone())];
+        for (record, reason) in &decoded.bad {
+            match self.options.errors.tolerance {
+                Tolerance::None => {
+                    return Err(BronzeError::Undecodable { topic: self.data_topic.clone(), partition: record.partition, offset: record.offset, reason: reason.clone() });
+                }
+                Tolerance::All => {
+                    self.feed.dead_letter(record, reason)?;
+                    tracing::warn!(connector = %self.name, topic = %self.data_topic, partition = record.partition, offset = record.offset, reason = %reason, "record dead-lettered");
+                    sink.warnings.push(format!("{}/{} offset {}: dead-lettered: {reason}", self.data_topic, record.partition, record.offset));
+                    sink.dead_lettered += 1;
+                }
+            }
+        }
+        if !decoded.bad.is_empty() {
+            self.feed.flush_dead_letters()?;
+            metrics::counter!(m::BRONZE_DEAD_LETTERED_TOTAL, &labels).increment(decoded.bad.len() as u64);
+        }
+        let Some(batch) = decoded.batch else {
+            return Ok(sink);
+        };
+        sink.rows = batch.num_rows() as u64;
+        let table = match self.bronze.take() {
+            Some(table) => table,
+            None => delta::create(&self.target, &batch.schema(), &records::comments(), &format!("mssql-cdc bronze of {}", self.data_topic)).await?,
+        };
+        let metadata = [
+            ("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id)),
+            ("mssql_cdc.from_lsn".to_owned(), serde_json::json!(control.from_lsn.to_string())),
+            ("mssql_cdc.to_lsn".to_owned(), serde_json::json!(control.to_lsn.to_string())),
+            ("mssql_cdc.data_topic".to_owned(), serde_json::json!(self.data_topic)),
+            ("mssql_cdc.rows".to_owned(), serde_json::json!(sink.rows)),
+        ];
+        let table = delta::append(table, vec![batch], &self.app_id, id, metadata).await?;
+        self.bronze = Some(table);
+        self.bronze_version = id;
+        metrics::counter!(m::BRONZE_ROWS_TOTAL, &labels).increment(sink.rows);
+        Ok(sink)
+    }
+}

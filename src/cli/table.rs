@@ -1,0 +1,43 @@
+//! `mssql-cdc optimize` and `mssql-cdc vacuum`: maintenance of the Delta tables the sinks write.
+
+use std::process::ExitCode;
+
+use mssql_cdc::delta::table;
+
+#[derive(Debug, clap::Args)]
+pub struct OptimizeArgs {
+    /// The table: a local path or an object-store URL.
+    table: String,
+    /// Z-order the compacted files by these columns (e.g. `--zorder target,app_id` for facts).
+    #[arg(long, value_delimiter = ',')]
+    zorder: Vec<String>,
+    /// Target file size, bytes (default: Delta's, 256 MiB).
+    #[arg(long)]
+    target_size: Option<u64>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct VacuumArgs {
+    /// The table: a local path or an object-store URL.
+    table: String,
+    /// Keep files a version of the last this many hours needs (default 168: one week, Delta's
+    /// default; readers of older versions fail after a vacuum).
+    #[arg(long, default_value_t = 168)]
+    retention_hours: u64,
+    /// List what would be deleted, delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+pub async fn optimize(args: OptimizeArgs) -> anyhow::Result<ExitCode> {
+    let report = table::optimize(&args.table, &args.zorder, args.target_size).await?;
+    println!("optimized {}: {} files written, {} files replaced", args.table, report.files_added, report.files_removed);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn vacuum(args: VacuumArgs) -> anyhow::Result<ExitCode> {
+    let deleted = table::vacuum(&args.table, args.retention_hours, args.dry_run).await?;
+    let verb = if args.dry_run { "would delete" } else { "deleted" };
+    println!("vacuumed {}: {verb} {deleted} files", args.table);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,252 @@
+//! The `delta-bronze` sink end to end: a feed published by the real source (simulator over
+//! TDS, broker process), then damaged the ways a log gets damaged (duplicated data records,
+//! orphans, a control record delivered twice, a poison record), the sink as a `mssql-cdc run`
+//! process killed at random points, and the tables checked by an independent reader (Python
+//! `deltalake`).
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use mssql_cdc::log::control::PartitionRange;
+use mssql_cdc::log::ControlRecord;
+use mssql_cdc::sim::client::BlockingClient;
+use mssql_cdc::sim::workload::{create_orders, Workload, WorkloadOptions};
+use rand::Rng;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use support::source::{controls, read_all, source_files, truth, wait_caught_up, Coordinates, SourceProcess};
+use support::{run_python, unique, write_file, SimServer, TestBroker};
+
+/// Counts bronze rows per change and facts rows per batch of one app_id, as JSON.
+const CHECK: &str = r#"
+import sys, json
+from deltalake import DeltaTable
+bronze, facts, app_id = sys.argv[1:4]
+out = {}
+try:
+    t = DeltaTable(bronze).to_pyarrow_table(columns=["_start_lsn", "_seqval", "_operation", "_batch_id"]).to_pylist()
+    out["changes"] = sorted([r["_start_lsn"], r["_seqval"], r["_operation"]] for r in t)
+except Exception as e:
+    out["changes"] = []
+    out["bronze_error"] = str(e)
+try:
+    f = DeltaTable(facts).to_pyarrow_table().to_pylist()
+    mine = [r for r in f if r["app_id"] == app_id]
+    out["batches"] = sorted(r["batch_id"] for r in mine if r["event"] in ("batch", "heartbeat"))
+    out["events"] = sorted([r["batch_id"], r["event"]] for r in mine if r["event"] not in ("batch", "heartbeat"))
+    out["dead_lettered"] = sum(r["dead_lettered"] for r in mine if r["event"] in ("batch", "heartbeat"))
+except Exception as e:
+    out["batches"] = []
+    out["facts_error"] = str(e)
+print(json.dumps(out))
+# deltalake's runtime threads can abort the interpreter's teardown; leave at once.
+sys.stdout.flush()
+import os
+os._exit(0)
+"#;
+
+struct Check {
+    changes: Vec<Coordinates>,
+    batches: Vec<u64>,
+    dead_lettered: u64,
+}
+
+fn check(bronze: &Path, facts: &Path, app_id: &str) -> Check {
+    let output = run_python(CHECK, &[bronze.to_str().unwrap(), facts.to_str().unwrap(), app_id]);
+    let value: serde_json::Value = serde_json::from_str(output.trim()).unwrap();
+    Check {
+        changes: value["changes"].as_array().unwrap().iter().map(|c| (c[0].as_str().unwrap().to_owned(), c[1].as_str().unwrap().to_owned(), c[2].as_i64().unwrap())).collect(),
+        batches: value["batches"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect(),
+        dead_lettered: value["dead_lettered"].as_u64().unwrap_or(0),
+    }
+}
+
+fn setup_and_load(sim: &SimServer, changes: u64, seed: u64) {
+    let config = sim.client_config();
+    std::thread::spawn(move || {
+        let mut client = BlockingClient::connect(&config).expect("login");
+        if seed == 1 {
+            create_orders(&mut client).expect("set up dbo.orders");
+        }
+        let options = WorkloadOptions { changes, rate: 0, max_transaction_size: 20, seed, ..WorkloadOptions::default() };
+        Workload::new(options, Vec::new()).run(&mut client).expect("workload");
+    })
+    .join()
+    .unwrap();
+}
+
+/// A bronze connector file.
+fn bronze_file(dir: &Path, name: &str, topic: &str, app_id: &str, extra: &str) -> std::path::PathBuf {
+    write_file(
+        dir,
+        &format!("{name}.toml"),
+        &format!(
+            "name = \"{name}\"\nkind = \"delta-bronze\"\ntopic = \"{topic}\"\ntarget = \"{}\"\napp_id = \"{app_id}\"\nfacts_table = \"{}\"\n{extra}\n",
+            dir.join(format!("{name}-bronze")).display(),
+            dir.join("facts").display()
+        ),
+    )
+}
+
+fn producer(bootstrap: &str) -> BaseProducer {
+    rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap()
+}
+
+/// Waits until the facts table holds a row for `last_batch` of `app_id`.
+fn wait_for_batch(dir: &Path, name: &str, app_id: &str, last_batch: u64, process: &SourceProcess, timeout: Duration) -> Check {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let found = check(&dir.join(format!("{name}-bronze")), &dir.join("facts"), app_id);
+        if found.batches.last().is_some_and(|b| *b >= last_batch) {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "sink did not reach batch {last_batch}; stderr:\n{}", process.stderr());
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+}
+
+/// A feed published by the real source: returns (data topic, control records).
+async fn feed(broker: &TestBroker, sim: &SimServer, dir: &Path, changes: u64) -> (String, Vec<ControlRecord>) {
+    setup_and_load(sim, changes, 1);
+    let prefix = unique("bronze");
+    let topic = format!("{prefix}.sales.dbo.orders");
+    let (worker, connector) = source_files(dir, &broker.bootstrap, sim, &prefix, "max_commits_per_batch = 10");
+    let mut source = SourceProcess::spawn(&worker, &connector);
+    wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(120)).await;
+    source.stop();
+    // Read after the stop: a heartbeat may have followed.
+    (topic.clone(), controls(&broker.bootstrap, &topic))
+}
+
+/// Invariant 3: exactly once into bronze and facts, without broker transactions. The feed holds
+/// duplicated data records, orphans no control record names and a control record delivered
+/// twice; the sink is SIGKILLed at random points and aborted between a data commit and its
+/// facts commit. Bronze holds each change once and facts one row per batch.
+#[tokio::test(flavor = "multi_thread")]
+async fn exactly_once_under_duplicates_orphans_and_kills() {
+    let broker = TestBroker::start();
+    let sim = SimServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (topic, records) = feed(&broker, &sim, dir.path(), 1500).await;
+    // Damage the log: every 7th data record again (duplicates no control record names), and
+    // the last control record once more.
+    let producer = producer(&broker.bootstrap);
+    let data = read_all(&broker.bootstrap, &topic);
+    for record in data.iter().step_by(7) {
+        producer.send(BaseRecord::to(&topic).key(&record.key).payload(&record.value).partition(record.partition)).unwrap();
+    }
+    let last = records.last().unwrap();
+    producer.send(BaseRecord::<(), _>::to(&format!("{topic}.control")).payload(&serde_json::to_vec(last).unwrap())).unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+
+    let worker = write_file(dir.path(), "sink-worker.toml", &format!("[kafka]\nbootstrap_servers = \"{}\"\n[telemetry]\nlisten = \"127.0.0.1:0\"\n", broker.bootstrap));
+    let connector = bronze_file(dir.path(), "orders-bronze", &topic, "orders-bronze-v1", "");
+    // A deterministic crash between a data commit and its facts commit.
+    let mut crashing = SourceProcess::spawn_with_env(&worker, &connector, &[("MSSQL_CDC_FAULT_ABORT_AFTER_DATA_COMMIT", "3")]);
+    let status = crashing.wait(Duration::from_secs(120)).expect("the sink aborts at the fault point");
+    assert!(!status.success());
+    let mut rng = rand::rng();
+    for _ in 0..6 {
+        let mut sink = SourceProcess::spawn(&worker, &connector);
+        std::thread::sleep(Duration::from_millis(rng.random_range(500..2500)));
+        sink.kill();
+    }
+    let sink = SourceProcess::spawn(&worker, &connector);
+    let found = wait_for_batch(dir.path(), "orders-bronze", "orders-bronze-v1", last.batch_id, &sink, Duration::from_secs(180));
+    drop(sink);
+    let mut expected = truth(&sim.client_config()).await;
+    expected.sort();
+    assert_eq!(found.changes.len(), expected.len(), "bronze row count equals the change table's");
+    assert!(found.changes == expected, "bronze holds each change exactly once");
+    let ids: Vec<u64> = (0..=last.batch_id).collect();
+    assert_eq!(found.batches, ids, "one facts row per batch");
+}
+
+/// Two sinks with different app_ids on one feed build identical bronze tables.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_sinks_on_one_feed_build_identical_tables() {
+    let broker = TestBroker::start();
+    let sim = SimServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (topic, records) = feed(&broker, &sim, dir.path(), 800).await;
+    let worker = write_file(dir.path(), "sink-worker.toml", &format!("[kafka]\nbootstrap_servers = \"{}\"\n[telemetry]\nlisten = \"127.0.0.1:0\"\n", broker.bootstrap));
+    let a = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "a", &topic, "lake-a", ""));
+    let b = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "b", &topic, "lake-b", ""));
+    let last = records.last().unwrap().batch_id;
+    let found_a = wait_for_batch(dir.path(), "a", "lake-a", last, &a, Duration::from_secs(120));
+    let found_b = wait_for_batch(dir.path(), "b", "lake-b", last, &b, Duration::from_secs(120));
+    assert_eq!(found_a.changes, found_b.changes);
+    assert_eq!(found_a.batches, found_b.batches);
+    assert!(!found_a.changes.is_empty());
+
+    // Maintenance keeps the content: compact (z-ordered) and vacuum table a, read it again.
+    drop(a);
+    let table_a = dir.path().join("a-bronze");
+    for args in [vec!["optimize", table_a.to_str().unwrap(), "--zorder", "_start_lsn"], vec!["vacuum", table_a.to_str().unwrap(), "--retention-hours", "0"]] {
+        let output = std::process::Command::new(support::bin()).args(&args).output().unwrap();
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let files = std::fs::read_dir(&table_a).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "parquet")).count();
+    assert_eq!(files, 1, "one compacted file is left after optimize and vacuum");
+    let after = check(&table_a, &dir.path().join("facts"), "lake-a");
+    assert_eq!(after.changes, found_b.changes, "optimize and vacuum change nothing a reader sees");
+}
+
+/// Invariant 7: a poison record named by a batch stops the sink naming topic, partition and
+/// offset (tolerance none), or goes to the dead-letter topic with Kafka Connect's error
+/// headers and is counted in the batch's facts row (tolerance all).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poison_record_stops_the_sink_or_is_dead_lettered() {
+    let broker = TestBroker::start();
+    let sim = SimServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (topic, records) = feed(&broker, &sim, dir.path(), 200).await;
+    let producer = producer(&broker.bootstrap);
+    producer.send(BaseRecord::to(&topic).key("{\"order_id\":1}").payload("{not json").partition(0)).unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let (_, high) = {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).create().unwrap();
+        consumer.fetch_watermarks(&topic, 0, Duration::from_secs(10)).unwrap()
+    };
+    let poison_offset = high - 1;
+    let mut poison_batch = records.last().unwrap().clone();
+    poison_batch.batch_id += 1;
+    poison_batch.from_lsn = poison_batch.to_lsn;
+    poison_batch.rows = 1;
+    poison_batch.events.clear();
+    poison_batch.partitions = vec![PartitionRange { partition: 0, first_offset: poison_offset, last_offset: poison_offset, records: 1 }];
+    producer.send(BaseRecord::<(), _>::to(&format!("{topic}.control")).payload(&serde_json::to_vec(&poison_batch).unwrap())).unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+
+    let worker = write_file(dir.path(), "sink-worker.toml", &format!("[kafka]\nbootstrap_servers = \"{}\"\n[telemetry]\nlisten = \"127.0.0.1:0\"\n", broker.bootstrap));
+    let mut strict = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "strict", &topic, "strict", ""));
+    let status = strict.wait(Duration::from_secs(120)).expect("the sink stops on the poison record");
+    assert_eq!(status.code(), Some(1));
+    let stderr = strict.stderr();
+    assert!(stderr.contains(&format!("record {topic}/0 offset {poison_offset} cannot be decoded")), "{stderr}");
+
+    let dlq = format!("{topic}.dlq");
+    let tolerant = bronze_file(dir.path(), "tolerant", &topic, "tolerant", &format!("[errors]\ntolerance = \"all\"\ndead_letter_topic = \"{dlq}\""));
+    let sink = SourceProcess::spawn(&worker, &tolerant);
+    let found = wait_for_batch(dir.path(), "tolerant", "tolerant", poison_batch.batch_id, &sink, Duration::from_secs(120));
+    assert_eq!(found.dead_lettered, 1, "the facts count the dead-lettered record");
+    let dead = run_python(
+        r#"
+import sys
+from confluent_kafka import Consumer, TopicPartition
+bootstrap, topic = sys.argv[1:3]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": "dlq-check"})
+c.assign([TopicPartition(topic, p, 0) for p in c.list_topics(topic, timeout=10).topics[topic].partitions])
+for _ in range(30):
+    m = c.poll(2)
+    if m is not None and not m.error():
+        h = {k: v.decode() for k, v in m.headers()}
+        print(m.value().decode(), h["__connect.errors.topic"], h["__connect.errors.partition"], h["__connect.errors.offset"], sep="|")
+        break
+"#,
+        &[&broker.bootstrap, &dlq],
+    );
+    assert_eq!(dead.trim(), format!("{{not json|{topic}|0|{poison_offset}"));
+}
