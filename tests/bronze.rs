@@ -191,6 +191,21 @@ async fn two_sinks_on_one_feed_build_identical_tables() {
     assert_eq!(files, 1, "one compacted file is left after optimize and vacuum");
     let after = check(&table_a, &dir.path().join("facts"), "lake-a");
     assert_eq!(after.changes, found_b.changes, "optimize and vacuum change nothing a reader sees");
+
+    // A rewound feed: app_id lake-a pointed at a new feed of the same table (one unbounded
+    // batch, id 0) is refused, never silently skipped.
+    let prefix = unique("rewound");
+    let (worker2, connector2) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "");
+    let mut source = SourceProcess::spawn(&worker2, &connector2);
+    let topic2 = format!("{prefix}.sales.dbo.orders");
+    wait_caught_up(&broker.bootstrap, &topic2, &sim.client_config(), &source, Duration::from_secs(60)).await;
+    source.stop();
+    let reused = bronze_file(dir.path(), "a", &topic2, "lake-a", "");
+    let mut refused = SourceProcess::spawn(&worker, &reused);
+    let status = refused.wait(Duration::from_secs(60)).expect("the sink refuses a rewound feed");
+    assert_eq!(status.code(), Some(1));
+    let stderr = refused.stderr();
+    assert!(stderr.contains(&format!("app_id `lake-a` already wrote batch {last}")) && stderr.contains("ends at batch 0"), "{stderr}");
 }
 
 /// Invariant 7: a poison record named by a batch stops the sink naming topic, partition and
