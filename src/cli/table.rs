@@ -11,7 +11,7 @@ pub struct OptimizeArgs {
     /// Z-order the compacted files by these columns (e.g. `--zorder target,app_id` for facts).
     #[arg(long, value_delimiter = ',')]
     zorder: Vec<String>,
-    /// Target file size, bytes (default: Delta's, 256 MiB).
+    /// Target file size, bytes (default: the table's `delta.targetFileSize`, else 100 MiB).
     #[arg(long)]
     target_size: Option<u64>,
 }

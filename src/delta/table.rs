@@ -108,8 +108,8 @@ pub struct OptimizeReport {
     pub files_removed: u64,
 }
 
-/// Compacts small files into files of about `target_size` bytes (default 256 MiB, Delta's
-/// usual), ordered by `zorder` columns when given. Concurrent appends are not disturbed.
+/// Compacts small files into files of about `target_size` bytes (default: the table's
+/// `delta.targetFileSize`, else 100 MiB), ordered by `zorder` columns when given. Concurrent appends are not disturbed.
 pub async fn optimize(location: &str, zorder: &[String], target_size: Option<u64>) -> Result<OptimizeReport, DeltaError> {
     let table = open(location).await?.ok_or_else(|| error(location, "no Delta table there"))?;
     let kind = if zorder.is_empty() {

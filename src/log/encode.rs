@@ -251,18 +251,18 @@ pub fn decimal_text(unscaled: i128, scale: i8) -> String {
     format!("{}{int}.{frac}", if unscaled < 0 { "-" } else { "" })
 }
 
-fn date_text(days: i32) -> String {
+pub(crate) fn date_text(days: i32) -> String {
     let date = chrono::NaiveDate::from_num_days_from_ce_opt(days + 719_163).unwrap_or_default();
     date.format("%Y-%m-%d").to_string()
 }
 
-fn time_text(micros: i64) -> String {
+pub(crate) fn time_text(micros: i64) -> String {
     let secs = micros.div_euclid(1_000_000);
     let frac = micros.rem_euclid(1_000_000);
     format!("{:02}:{:02}:{:02}.{frac:06}", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
-fn timestamp_text(micros: i64) -> String {
+pub(crate) fn timestamp_text(micros: i64) -> String {
     let at = chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default().naive_utc();
     at.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()
 }

@@ -44,6 +44,7 @@ pub struct SchemaRegistry {
     password: Option<SecretString>,
     http: reqwest::Client,
     registered: Mutex<HashMap<(String, String), u32>>,
+    by_id: Mutex<HashMap<u32, apache_avro::Schema>>,
 }
 
 impl std::fmt::Debug for SchemaRegistry {
@@ -61,7 +62,7 @@ impl SchemaRegistry {
             .timeout(std::time::Duration::from_secs(30))
             .build()
             .map_err(|e| RegistryError::Unreachable { url: url.clone(), reason: e.to_string() })?;
-        Ok(Self { url, user: config.user.clone(), password, http, registered: Mutex::new(HashMap::new()) })
+        Ok(Self { url, user: config.user.clone(), password, http, registered: Mutex::new(HashMap::new()), by_id: Mutex::new(HashMap::new()) })
     }
 
     fn authorize(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
@@ -97,6 +98,25 @@ impl SchemaRegistry {
         })?;
         self.registered.lock().unwrap_or_else(|e| e.into_inner()).insert(cache_key, id);
         Ok(id)
+    }
+
+    /// The schema registered under `id` (cached: ids never change meaning).
+    pub async fn schema_by_id(&self, id: u32) -> Result<apache_avro::Schema, RegistryError> {
+        if let Some(schema) = self.by_id.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+            return Ok(schema.clone());
+        }
+        let url = format!("{}/schemas/ids/{id}", self.url);
+        let response = self.authorize(self.http.get(&url)).send().await.map_err(|e| self.unreachable(e))?;
+        let status = response.status().as_u16();
+        let text = response.text().await.map_err(|e| self.unreachable(e))?;
+        let refused = |body: String| RegistryError::Refused { url: self.url.clone(), subject: format!("id {id}"), status, body };
+        if !(200..300).contains(&status) {
+            return Err(refused(text));
+        }
+        let schema_text = serde_json::from_str::<Json>(&text).ok().and_then(|v| v["schema"].as_str().map(str::to_owned)).ok_or_else(|| refused(text.clone()))?;
+        let schema = apache_avro::Schema::parse_str(&schema_text).map_err(|e| refused(e.to_string()))?;
+        self.by_id.lock().unwrap_or_else(|e| e.into_inner()).insert(id, schema.clone());
+        Ok(schema)
     }
 
     fn unreachable(&self, error: reqwest::Error) -> RegistryError {

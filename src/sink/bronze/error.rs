@@ -65,7 +65,7 @@ pub enum BronzeError {
         /// The batch that followed it.
         next: u64,
     },
-    /// A format this release does not decode.
-    #[error("format `{0}` is not decoded by delta-bronze in this release; use format = \"json\" on the source")]
+    /// The feed's format cannot be decoded as configured.
+    #[error("cannot decode the feed: {0}")]
     UnsupportedFormat(String),
 }

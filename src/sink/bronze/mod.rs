@@ -31,6 +31,7 @@ use self::feed::Feed;
 use crate::delta::table as delta;
 use crate::kafka::KafkaConfig;
 use crate::log::control::ControlRecord;
+use crate::log::registry::SchemaRegistry;
 use crate::log::topic::control_topic_for;
 use crate::log::RecordFormat;
 use crate::sink::facts::{facts_app_id, facts_comments, facts_rows, facts_schema, SinkMetrics};
@@ -79,6 +80,7 @@ struct Writer {
     control_topic: String,
     data_topic: String,
     feed: Feed,
+    registry: Option<SchemaRegistry>,
     bronze: Option<DeltaTable>,
     facts: Option<DeltaTable>,
     /// `txn` versions read back from the tables (-1: none).
@@ -89,9 +91,11 @@ struct Writer {
 impl Writer {
     async fn start(sink: BronzeSink) -> Result<Self, BronzeError> {
         let options = sink.options;
-        if options.format == RecordFormat::Avro {
-            return Err(BronzeError::UnsupportedFormat("avro".into()));
-        }
+        let registry = match (options.format, &options.schema_registry) {
+            (RecordFormat::Avro, Some(config)) => Some(SchemaRegistry::new(config).map_err(|e| BronzeError::Kafka(e.to_string()))?),
+            (RecordFormat::Avro, None) => return Err(BronzeError::UnsupportedFormat("avro without schema_registry".into())),
+            _ => None,
+        };
         let data_topic = options.topic.clone().unwrap_or_default();
         let control_topic = options.control_topic.clone().unwrap_or_else(|| control_topic_for(&data_topic));
         let target = options.target.clone().unwrap_or_default();
@@ -118,7 +122,7 @@ impl Writer {
             }
             None => (None, -1),
         };
-        Ok(Self { name: sink.name, options, target, app_id, control_topic, data_topic, feed, bronze, facts, bronze_version, facts_version })
+        Ok(Self { name: sink.name, options, target, app_id, control_topic, data_topic, feed, registry, bronze, facts, bronze_version, facts_version })
     }
 
     async fn run(mut self, cancel: CancellationToken) -> Result<(), BronzeError> {
@@ -201,6 +205,34 @@ impl Writer {
         Ok(())
     }
 
+    /// With Avro, each record rewritten as the JSON the source would have written (records
+    /// that do not decode are returned apart, with the reason); JSON records as they are.
+    async fn as_json(&self, control: &ControlRecord, records: Vec<records::DataRecord>) -> Result<(Vec<records::DataRecord>, Vec<(records::DataRecord, String)>), BronzeError> {
+        let Some(registry) = &self.registry else { return Ok((records, Vec::new())) };
+        let mut ids: Vec<u32> = records.iter().filter(|r| r.value.len() >= 5 && r.value[0] == 0).map(|r| u32::from_be_bytes([r.value[1], r.value[2], r.value[3], r.value[4]])).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut schemas = std::collections::HashMap::new();
+        for id in ids {
+            match registry.schema_by_id(id).await {
+                Ok(schema) => {
+                    schemas.insert(id, schema);
+                }
+                Err(crate::log::registry::RegistryError::Refused { status: 404, .. }) => {}
+                Err(error) => return Err(BronzeError::Kafka(format!("schema registry: {error}"))),
+            }
+        }
+        let mut good = Vec::with_capacity(records.len());
+        let mut bad = Vec::new();
+        for record in records {
+            match records::avro_to_json(&control.schema, &record.value, |id| schemas.get(&id).cloned()) {
+                Ok(value) => good.push(records::DataRecord { value, ..record }),
+                Err(reason) => bad.push((record, reason)),
+            }
+        }
+        Ok((good, bad))
+    }
+
     /// Reads, decodes and appends a batch's rows; returns what was measured.
     async fn append_data(&mut self, control: &ControlRecord) -> Result<SinkMetrics, BronzeError> {
         let id = control.batch_id as i64;
@@ -208,7 +240,9 @@ impl Writer {
         let feed = &self.feed;
         let records = tokio::task::block_in_place(|| feed.read_ranges(&control.partitions))?;
         let mut sink = SinkMetrics { read_ms: started.elapsed().as_millis() as u64, bytes: records.iter().map(|r| r.value.len() as u64).sum(), ..Default::default() };
-        let decoded = records::decode_json(&control.schema, &records, control.batch_id, &control.from_lsn.to_string(), &control.to_lsn.to_string());
+        let (records, mut unreadable) = self.as_json(control, records).await?;
+        let mut decoded = records::decode_json(&control.schema, &records, control.batch_id, &control.from_lsn.to_string(), &control.to_lsn.to_string());
+        decoded.bad.append(&mut unreadable);
         let labels = [("app_id", self.app_id.clone())];
         for (record, reason) in &decoded.bad {
             match self.options.errors.tolerance {

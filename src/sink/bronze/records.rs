@@ -237,6 +237,71 @@ fn finish(schema: &TableSchema, batch: RecordBatch, records: &[&DataRecord], bat
     RecordBatch::try_new(target, columns).map_err(|e| (0, e.to_string()))
 }
 
+/// Rewrites an Avro record (Confluent wire format) as the JSON record the source would have
+/// written for it, so both formats share one decoder. `schemas` gives the writer schema of a
+/// schema id. Fields are matched by position (Avro names may differ from column names).
+pub fn avro_to_json(
+    schema: &TableSchema,
+    value: &[u8],
+    writer: impl Fn(u32) -> Option<apache_avro::Schema>,
+) -> Result<Vec<u8>, String> {
+    if value.len() < 5 || value[0] != 0 {
+        return Err("not in the Confluent wire format (magic byte 0, schema id)".into());
+    }
+    let id = u32::from_be_bytes([value[1], value[2], value[3], value[4]]);
+    let avro = writer(id).ok_or_else(|| format!("schema id {id} is not in the registry"))?;
+    let mut datum = &value[5..];
+    let decoded = apache_avro::from_avro_datum(&avro, &mut datum, None).map_err(|e| format!("Avro datum does not match schema {id}: {e}"))?;
+    let apache_avro::types::Value::Record(fields) = decoded else { return Err("the Avro value is not a record".into()) };
+    let names = record_fields(schema, true);
+    if fields.len() != names.len() {
+        return Err(format!("the record has {} fields, the layout {}", fields.len(), names.len()));
+    }
+    let mut object = serde_json::Map::with_capacity(fields.len());
+    for (index, ((_, field), name)) in fields.into_iter().zip(names.iter()).enumerate() {
+        let scale = match schema.columns.get(index).map(|c| c.ty) {
+            Some(ColumnType::Decimal { scale, .. }) => scale,
+            _ => 0,
+        };
+        object.insert(name.name().clone(), avro_json(field, scale)?);
+    }
+    serde_json::to_vec(&serde_json::Value::Object(object)).map_err(|e| e.to_string())
+}
+
+fn avro_json(value: apache_avro::types::Value, scale: i8) -> Result<serde_json::Value, String> {
+    use apache_avro::types::Value as A;
+    use serde_json::Value as J;
+    use crate::log::encode::{date_text, decimal_text, time_text, timestamp_text};
+    Ok(match value {
+        A::Null => J::Null,
+        A::Boolean(b) => J::Bool(b),
+        A::Int(i) => J::from(i),
+        A::Long(i) => J::from(i),
+        A::Float(f) => serde_json::Number::from_f64(f64::from(f)).map_or(J::Null, J::Number),
+        A::Double(f) => serde_json::Number::from_f64(f).map_or(J::Null, J::Number),
+        A::String(s) => J::String(s),
+        A::Bytes(b) => J::String(base64::engine::general_purpose::STANDARD.encode(b)),
+        A::Fixed(_, b) => J::String(format!("0x{}", b.iter().map(|x| format!("{x:02X}")).collect::<String>())),
+        A::Decimal(d) => {
+            let bytes: Vec<u8> = Vec::try_from(d).map_err(|e| e.to_string())?;
+            if bytes.len() > 16 {
+                return Err("decimal wider than 128 bits".into());
+            }
+            let fill = if bytes.first().is_some_and(|b| b & 0x80 != 0) { 0xFF } else { 0 };
+            let mut full = [fill; 16];
+            full[16 - bytes.len()..].copy_from_slice(&bytes);
+            J::String(decimal_text(i128::from_be_bytes(full), scale))
+        }
+        A::Date(days) => J::String(date_text(days)),
+        A::TimeMicros(micros) => J::String(time_text(micros)),
+        A::TimestampMicros(micros) => J::String(format!("{}Z", timestamp_text(micros))),
+        A::LocalTimestampMicros(micros) => J::String(timestamp_text(micros)),
+        A::Uuid(u) => J::String(u.to_string().to_uppercase()),
+        A::Union(_, inner) => avro_json(*inner, scale)?,
+        other => return Err(format!("unexpected Avro value {other:?}")),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
