@@ -96,7 +96,6 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
     let started = Instant::now();
     let task = tokio::spawn(stream.run(cancel.clone()));
     let control = "bench.sales.dbo.orders.control";
-    let reader = Publisher::new(&kafka, &Default::default(), "bench-reader")?;
     let (rows, bytes, batches) = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         anyhow::ensure!(!task.is_finished(), "the source stopped early");
@@ -112,7 +111,6 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
     let source_secs = started.elapsed().as_secs_f64();
     cancel.cancel();
     task.await??;
-    drop(reader);
 
     // Baseline: the same records, produced raw.
     let records = tokio::task::block_in_place(|| read_topic(&kafka, "bench.sales.dbo.orders"))?;

@@ -189,14 +189,8 @@ impl Stream {
         let last = tokio::task::block_in_place(|| publisher.last_control(&control_topic))?;
         let position = match last {
             Some(record) => {
-                if record.to_lsn > state.max_lsn {
-                    return Err(SourceError::AheadOfServer {
-                        capture_instance: setup.instance.name.clone(),
-                        control_topic: setup.control_topic.clone(),
-                        position: record.to_lsn,
-                        max_lsn: state.max_lsn,
-                    });
-                }
+                // A position past the server's max LSN is refused by the batch that follows,
+                // with the same state.
                 tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, position = %record.to_lsn, batch_id = record.batch_id + 1, "resuming from the control topic");
                 Position {
                     lsn: record.to_lsn,
