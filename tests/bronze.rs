@@ -10,28 +10,27 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mssql_cdc::log::control::PartitionRange;
-use mssql_cdc::log::ControlRecord;
-use mssql_cdc::sim::client::BlockingClient;
-use mssql_cdc::sim::workload::{create_orders, Workload, WorkloadOptions};
 use rand::Rng;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use support::source::{controls, read_all, source_files, truth, wait_caught_up, Coordinates, SourceProcess};
+use support::pipeline::{bronze_file, feed, setup_and_load, sink_worker};
 use support::{run_python, unique, write_file, SimServer, TestBroker};
 
 /// Counts bronze rows per change and facts rows per batch of one app_id, as JSON.
 const CHECK: &str = r#"
 import sys, json
 from deltalake import DeltaTable
-bronze, facts, app_id = sys.argv[1:4]
+bronze, facts, app_id, storage = sys.argv[1:5]
+so = json.loads(storage)
 out = {}
 try:
-    t = DeltaTable(bronze).to_pyarrow_table(columns=["_start_lsn", "_seqval", "_operation", "_batch_id"]).to_pylist()
+    t = DeltaTable(bronze, storage_options=so).to_pyarrow_table(columns=["_start_lsn", "_seqval", "_operation", "_batch_id"]).to_pylist()
     out["changes"] = sorted([r["_start_lsn"], r["_seqval"], r["_operation"]] for r in t)
 except Exception as e:
     out["changes"] = []
     out["bronze_error"] = str(e)
 try:
-    f = DeltaTable(facts).to_pyarrow_table().to_pylist()
+    f = DeltaTable(facts, storage_options=so).to_pyarrow_table().to_pylist()
     mine = [r for r in f if r["app_id"] == app_id]
     out["batches"] = sorted(r["batch_id"] for r in mine if r["event"] in ("batch", "heartbeat"))
     out["events"] = sorted([r["batch_id"], r["event"]] for r in mine if r["event"] not in ("batch", "heartbeat"))
@@ -47,46 +46,36 @@ os._exit(0)
 "#;
 
 struct Check {
+    /// What the reader could not read (a table missing, say).
+    errors: Vec<String>,
     changes: Vec<Coordinates>,
     batches: Vec<u64>,
     dead_lettered: u64,
 }
 
-fn check(bronze: &Path, facts: &Path, app_id: &str) -> Check {
-    let output = run_python(CHECK, &[bronze.to_str().unwrap(), facts.to_str().unwrap(), app_id]);
+/// Where a sink's tables are, and the object-store options to read them (JSON).
+struct Tables {
+    bronze: String,
+    facts: String,
+    storage: String,
+}
+
+impl Tables {
+    /// The tables [`bronze_file`] names: `<dir>/<name>-bronze` and `<dir>/facts`.
+    fn local(dir: &Path, name: &str) -> Self {
+        Self { bronze: dir.join(format!("{name}-bronze")).display().to_string(), facts: dir.join("facts").display().to_string(), storage: "{}".into() }
+    }
+}
+
+fn check(tables: &Tables, app_id: &str) -> Check {
+    let output = run_python(CHECK, &[&tables.bronze, &tables.facts, app_id, &tables.storage]);
     let value: serde_json::Value = serde_json::from_str(output.trim()).unwrap();
     Check {
+        errors: ["bronze_error", "facts_error"].iter().filter_map(|k| value[k].as_str().map(|e| format!("{k}: {e}"))).collect(),
         changes: value["changes"].as_array().unwrap().iter().map(|c| (c[0].as_str().unwrap().to_owned(), c[1].as_str().unwrap().to_owned(), c[2].as_i64().unwrap())).collect(),
         batches: value["batches"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect(),
         dead_lettered: value["dead_lettered"].as_u64().unwrap_or(0),
     }
-}
-
-fn setup_and_load(sim: &SimServer, changes: u64, seed: u64) {
-    let config = sim.client_config();
-    std::thread::spawn(move || {
-        let mut client = BlockingClient::connect(&config).expect("login");
-        if seed == 1 {
-            create_orders(&mut client).expect("set up dbo.orders");
-        }
-        let options = WorkloadOptions { changes, rate: 0, max_transaction_size: 20, seed, ..WorkloadOptions::default() };
-        Workload::new(options, Vec::new()).run(&mut client).expect("workload");
-    })
-    .join()
-    .unwrap();
-}
-
-/// A bronze connector file.
-fn bronze_file(dir: &Path, name: &str, topic: &str, app_id: &str, extra: &str) -> std::path::PathBuf {
-    write_file(
-        dir,
-        &format!("{name}.toml"),
-        &format!(
-            "name = \"{name}\"\nkind = \"delta-bronze\"\ntopic = \"{topic}\"\ntarget = \"{}\"\napp_id = \"{app_id}\"\nfacts_table = \"{}\"\n{extra}\n",
-            dir.join(format!("{name}-bronze")).display(),
-            dir.join("facts").display()
-        ),
-    )
 }
 
 fn producer(bootstrap: &str) -> BaseProducer {
@@ -94,29 +83,16 @@ fn producer(bootstrap: &str) -> BaseProducer {
 }
 
 /// Waits until the facts table holds a row for `last_batch` of `app_id`.
-fn wait_for_batch(dir: &Path, name: &str, app_id: &str, last_batch: u64, process: &SourceProcess, timeout: Duration) -> Check {
+fn wait_for_batch(tables: &Tables, app_id: &str, last_batch: u64, process: &SourceProcess, timeout: Duration) -> Check {
     let deadline = Instant::now() + timeout;
     loop {
-        let found = check(&dir.join(format!("{name}-bronze")), &dir.join("facts"), app_id);
-        if found.batches.last().is_some_and(|b| *b >= last_batch) {
+        let found = check(tables, app_id);
+        if found.errors.is_empty() && found.batches.last().is_some_and(|b| *b >= last_batch) {
             return found;
         }
-        assert!(Instant::now() < deadline, "sink did not reach batch {last_batch}; stderr:\n{}", process.stderr());
+        assert!(Instant::now() < deadline, "sink did not reach batch {last_batch} ({:?}); stderr:\n{}", found.errors, process.stderr());
         std::thread::sleep(Duration::from_millis(1000));
     }
-}
-
-/// A feed published by the real source: returns (data topic, control records).
-async fn feed(broker: &TestBroker, sim: &SimServer, dir: &Path, changes: u64) -> (String, Vec<ControlRecord>) {
-    setup_and_load(sim, changes, 1);
-    let prefix = unique("bronze");
-    let topic = format!("{prefix}.sales.dbo.orders");
-    let (worker, connector) = source_files(dir, &broker.bootstrap, sim, &prefix, "max_commits_per_batch = 10");
-    let mut source = SourceProcess::spawn(&worker, &connector);
-    wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(120)).await;
-    source.stop();
-    // Read after the stop: a heartbeat may have followed.
-    (topic.clone(), controls(&broker.bootstrap, &topic))
 }
 
 /// Invariant 3: exactly once into bronze and facts, without broker transactions. The feed holds
@@ -140,7 +116,7 @@ async fn exactly_once_under_duplicates_orphans_and_kills() {
     producer.send(BaseRecord::<(), _>::to(&format!("{topic}.control")).payload(&serde_json::to_vec(last).unwrap())).unwrap();
     producer.flush(Duration::from_secs(10)).unwrap();
 
-    let worker = write_file(dir.path(), "sink-worker.toml", &format!("[kafka]\nbootstrap_servers = \"{}\"\n[telemetry]\nlisten = \"127.0.0.1:0\"\n", broker.bootstrap));
+    let worker = sink_worker(dir.path(), &broker);
     let connector = bronze_file(dir.path(), "orders-bronze", &topic, "orders-bronze-v1", "");
     // A deterministic crash between a data commit and its facts commit.
     let mut crashing = SourceProcess::spawn_with_env(&worker, &connector, &[("MSSQL_CDC_FAULT_ABORT_AFTER_DATA_COMMIT", "3")]);
@@ -153,7 +129,7 @@ async fn exactly_once_under_duplicates_orphans_and_kills() {
         sink.kill();
     }
     let sink = SourceProcess::spawn(&worker, &connector);
-    let found = wait_for_batch(dir.path(), "orders-bronze", "orders-bronze-v1", last.batch_id, &sink, Duration::from_secs(180));
+    let found = wait_for_batch(&Tables::local(dir.path(), "orders-bronze"), "orders-bronze-v1", last.batch_id, &sink, Duration::from_secs(180));
     drop(sink);
     let mut expected = truth(&sim.client_config()).await;
     expected.sort();
@@ -170,12 +146,12 @@ async fn two_sinks_on_one_feed_build_identical_tables() {
     let sim = SimServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let (topic, records) = feed(&broker, &sim, dir.path(), 800).await;
-    let worker = write_file(dir.path(), "sink-worker.toml", &format!("[kafka]\nbootstrap_servers = \"{}\"\n[telemetry]\nlisten = \"127.0.0.1:0\"\n", broker.bootstrap));
+    let worker = sink_worker(dir.path(), &broker);
     let a = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "a", &topic, "lake-a", ""));
     let b = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "b", &topic, "lake-b", ""));
     let last = records.last().unwrap().batch_id;
-    let found_a = wait_for_batch(dir.path(), "a", "lake-a", last, &a, Duration::from_secs(120));
-    let found_b = wait_for_batch(dir.path(), "b", "lake-b", last, &b, Duration::from_secs(120));
+    let found_a = wait_for_batch(&Tables::local(dir.path(), "a"), "lake-a", last, &a, Duration::from_secs(120));
+    let found_b = wait_for_batch(&Tables::local(dir.path(), "b"), "lake-b", last, &b, Duration::from_secs(120));
     assert_eq!(found_a.changes, found_b.changes);
     assert_eq!(found_a.batches, found_b.batches);
     assert!(!found_a.changes.is_empty());
@@ -189,7 +165,7 @@ async fn two_sinks_on_one_feed_build_identical_tables() {
     }
     let files = std::fs::read_dir(&table_a).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "parquet")).count();
     assert_eq!(files, 1, "one compacted file is left after optimize and vacuum");
-    let after = check(&table_a, &dir.path().join("facts"), "lake-a");
+    let after = check(&Tables::local(dir.path(), "a"), "lake-a");
     assert_eq!(after.changes, found_b.changes, "optimize and vacuum change nothing a reader sees");
 
     // A rewound feed: app_id lake-a pointed at a new feed of the same table (one unbounded
@@ -235,7 +211,7 @@ async fn a_poison_record_stops_the_sink_or_is_dead_lettered() {
     producer.send(BaseRecord::<(), _>::to(&format!("{topic}.control")).payload(&serde_json::to_vec(&poison_batch).unwrap())).unwrap();
     producer.flush(Duration::from_secs(10)).unwrap();
 
-    let worker = write_file(dir.path(), "sink-worker.toml", &format!("[kafka]\nbootstrap_servers = \"{}\"\n[telemetry]\nlisten = \"127.0.0.1:0\"\n", broker.bootstrap));
+    let worker = sink_worker(dir.path(), &broker);
     let mut strict = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "strict", &topic, "strict", ""));
     let status = strict.wait(Duration::from_secs(120)).expect("the sink stops on the poison record");
     assert_eq!(status.code(), Some(1));
@@ -245,7 +221,7 @@ async fn a_poison_record_stops_the_sink_or_is_dead_lettered() {
     let dlq = format!("{topic}.dlq");
     let tolerant = bronze_file(dir.path(), "tolerant", &topic, "tolerant", &format!("[errors]\ntolerance = \"all\"\ndead_letter_topic = \"{dlq}\""));
     let sink = SourceProcess::spawn(&worker, &tolerant);
-    let found = wait_for_batch(dir.path(), "tolerant", "tolerant", poison_batch.batch_id, &sink, Duration::from_secs(120));
+    let found = wait_for_batch(&Tables::local(dir.path(), "tolerant"), "tolerant", poison_batch.batch_id, &sink, Duration::from_secs(120));
     assert_eq!(found.dead_lettered, 1, "the facts count the dead-lettered record");
     let dead = run_python(
         r#"
@@ -283,11 +259,137 @@ async fn an_avro_feed_lands_in_bronze_exactly_once() {
     wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(60)).await;
     source.stop();
     let last = controls(&broker.bootstrap, &topic).last().unwrap().batch_id;
-    let sink_worker = write_file(dir.path(), "sink-worker.toml", &format!("[kafka]\nbootstrap_servers = \"{}\"\n[telemetry]\nlisten = \"127.0.0.1:0\"\n", broker.bootstrap));
+    let sink_worker = sink_worker(dir.path(), &broker);
     let sink = SourceProcess::spawn(&sink_worker, &bronze_file(dir.path(), "avro", &topic, "avro-lake", &avro));
-    let found = wait_for_batch(dir.path(), "avro", "avro-lake", last, &sink, Duration::from_secs(120));
+    let found = wait_for_batch(&Tables::local(dir.path(), "avro"), "avro-lake", last, &sink, Duration::from_secs(120));
     let mut expected = truth(&sim.client_config()).await;
     expected.sort();
     assert_eq!(found.changes, expected, "every change once, from Avro records");
     assert_eq!(found.dead_lettered, 0);
+}
+
+/// `s3://` targets go through delta-rs's object stores: bronze and facts on an S3-protocol
+/// server (moto), with credentials from `[storage_options]`, hold every change once for an
+/// independent reader; `optimize` reaches the same table with `--storage-option`; the secret
+/// key never reaches the sink's logs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_feed_lands_in_an_s3_table() {
+    let broker = TestBroker::start();
+    let s3 = support::s3::S3Server::start("lake");
+    let sim = SimServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (topic, records) = feed(&broker, &sim, dir.path(), 300).await;
+    let worker = sink_worker(dir.path(), &broker);
+    let root = format!("s3://{}/{}", s3.bucket, unique("orders"));
+    let tables = Tables {
+        bronze: format!("{root}/bronze"),
+        facts: format!("{root}/facts"),
+        storage: serde_json::to_string(&s3.options().into_iter().collect::<std::collections::HashMap<_, _>>()).unwrap(),
+    };
+    let connector = write_file(
+        dir.path(),
+        "s3.toml",
+        &format!(
+            "name = \"s3\"\nkind = \"delta-bronze\"\ntopic = \"{topic}\"\ntarget = \"{}\"\napp_id = \"s3-lake\"\nfacts_table = \"{}\"\n[storage_options]\n{}",
+            tables.bronze,
+            tables.facts,
+            s3.storage_toml()
+        ),
+    );
+    let mut sink = SourceProcess::spawn(&worker, &connector);
+    let last = records.last().unwrap().batch_id;
+    let found = wait_for_batch(&tables, "s3-lake", last, &sink, Duration::from_secs(120));
+    let mut expected = truth(&sim.client_config()).await;
+    expected.sort();
+    assert_eq!(found.changes, expected, "every change once in the S3 table");
+    assert_eq!(found.batches, (0..=last).collect::<Vec<_>>(), "one facts row per batch");
+    sink.stop();
+    assert!(!sink.stderr().contains("test-secret-value"), "the secret key stays out of the logs");
+
+    let mut optimize = std::process::Command::new(support::bin());
+    optimize.args(["optimize", &tables.bronze]);
+    for (key, value) in s3.options() {
+        optimize.args(["--storage-option", &format!("{key}={value}")]);
+    }
+    let output = optimize.output().unwrap();
+    assert!(output.status.success(), "optimize on s3: {}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(check(&tables, "s3-lake").changes, expected, "optimize changes nothing a reader sees");
+}
+
+/// Schema evolution: a column added to the feed (the source restarted with more `columns`)
+/// is added to bronze by a schema merge. Rows written before have NULL there; rows after carry
+/// the values. A column that leaves the feed again stays, NULL in later rows. No row is lost
+/// or repeated.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_column_added_to_the_feed_is_added_to_bronze() {
+    let broker = TestBroker::start();
+    let sim = SimServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    setup_and_load(&sim, 200, 1);
+    let prefix = unique("evolve");
+    let topic = format!("{prefix}.sales.dbo.orders");
+    let narrow = "columns = [\"order_id\", \"customer_id\", \"status\", \"amount\"]\nmax_commits_per_batch = 10";
+    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, narrow);
+    let mut source = SourceProcess::spawn(&worker, &connector);
+    wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(60)).await;
+    source.stop();
+    let narrow_last = controls(&broker.bootstrap, &topic).last().unwrap().batch_id;
+    let sink_worker = sink_worker(dir.path(), &broker);
+    let tables = Tables::local(dir.path(), "evolve");
+    let sink = SourceProcess::spawn(&sink_worker, &bronze_file(dir.path(), "evolve", &topic, "evolve", ""));
+    wait_for_batch(&tables, "evolve", narrow_last, &sink, Duration::from_secs(120));
+
+    // The source again, now with every column; more changes.
+    setup_and_load(&sim, 200, 2);
+    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "max_commits_per_batch = 10");
+    let mut source = SourceProcess::spawn(&worker, &connector);
+    wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(60)).await;
+    source.stop();
+    let wide_last = controls(&broker.bootstrap, &topic).last().unwrap().batch_id;
+    assert!(wide_last > narrow_last, "the wide feed added batches");
+    wait_for_batch(&tables, "evolve", wide_last, &sink, Duration::from_secs(120));
+
+    // Narrow again: the columns that left the feed stay in bronze, NULL in the new rows.
+    setup_and_load(&sim, 200, 3);
+    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, narrow);
+    let mut source = SourceProcess::spawn(&worker, &connector);
+    wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(60)).await;
+    source.stop();
+    let last = controls(&broker.bootstrap, &topic).last().unwrap().batch_id;
+    let found = wait_for_batch(&tables, "evolve", last, &sink, Duration::from_secs(120));
+    let mut expected = truth(&sim.client_config()).await;
+    expected.sort();
+    assert_eq!(found.changes, expected, "every change once across both schema changes");
+
+    // currency is NOT NULL in dbo.orders: NULL in bronze exactly for the narrow batches.
+    let split = run_python(
+        r#"
+import sys, json
+from deltalake import DeltaTable
+t = DeltaTable(sys.argv[1])
+names = [f.name for f in t.schema().fields]
+rows = t.to_pyarrow_table(columns=["_batch_id", "currency"]).to_pylist()
+narrow, wide = int(sys.argv[2]), int(sys.argv[3])
+is_wide = lambda r: narrow < r["_batch_id"] <= wide
+print(json.dumps({
+    "has_note": "note" in names,
+    "narrow_with_currency": sum(1 for r in rows if not is_wide(r) and r["currency"] is not None),
+    "wide_without_currency": sum(1 for r in rows if is_wide(r) and r["currency"] is None),
+    "narrow": sum(1 for r in rows if r["_batch_id"] <= narrow),
+    "wide": sum(1 for r in rows if is_wide(r)),
+    "narrow_again": sum(1 for r in rows if r["_batch_id"] > wide),
+}))
+sys.stdout.flush()
+import os
+os._exit(0)
+"#,
+        &[&tables.bronze, &narrow_last.to_string(), &wide_last.to_string()],
+    );
+    let split: serde_json::Value = serde_json::from_str(split.trim()).unwrap();
+    assert_eq!(split["has_note"], true, "the added columns are in the table schema: {split}");
+    assert_eq!(split["narrow_with_currency"], 0, "{split}");
+    assert_eq!(split["wide_without_currency"], 0, "{split}");
+    for phase in ["narrow", "wide", "narrow_again"] {
+        assert!(split[phase].as_u64().unwrap() > 0, "{phase} rows: {split}");
+    }
 }

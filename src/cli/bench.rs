@@ -36,6 +36,9 @@ enum BenchWhat {
     /// The source's feed, then the bronze sink into Delta, next to writing the same Arrow
     /// batches straight to Parquet on the same disk
     Bronze(SourceBench),
+    /// One folded batch MERGEd into silver tables of given sizes, with the key-range file
+    /// filter and as delta-rs's plain MERGE
+    Silver(super::bench_silver::SilverBench),
 }
 
 #[derive(Debug, clap::Args)]
@@ -52,6 +55,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         BenchWhat::Source(bench) => source(bench, false).await,
         BenchWhat::Bronze(bench) => source(bench, true).await,
+        BenchWhat::Silver(bench) => super::bench_silver::run(bench).await,
     }
 }
 
@@ -177,7 +181,7 @@ async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         anyhow::ensure!(!task.is_finished(), "the bronze sink stopped early");
-        if let Some(table) = mssql_cdc::delta::table::open(&facts).await? {
+        if let Some(table) = mssql_cdc::delta::table::open(&facts, &Default::default()).await? {
             if mssql_cdc::delta::table::txn_version(&table, "bench-bronze#facts").await?.unwrap_or(-1) >= last {
                 break;
             }
@@ -285,7 +289,7 @@ fn read_partitions(kafka: &KafkaConfig, topic: &str, settle: bool) -> anyhow::Re
     Ok(out)
 }
 
-fn peak_rss_mb() -> f64 {
+pub(super) fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))

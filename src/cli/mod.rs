@@ -3,11 +3,14 @@
 #[cfg(feature = "embedded-broker")]
 mod bench;
 #[cfg(feature = "embedded-broker")]
+mod bench_silver;
+#[cfg(feature = "embedded-broker")]
 mod broker;
 #[cfg(feature = "embedded-broker")]
 mod demo;
 mod run;
 mod sim;
+mod silver;
 mod table;
 mod validate;
 
@@ -38,6 +41,12 @@ enum Command {
     /// Run the embedded Kafka-protocol broker (tansu) until SIGINT/SIGTERM
     #[cfg(feature = "embedded-broker")]
     Broker(broker::BrokerArgs),
+    /// One apply_changes pass of a `delta-silver` connector: bronze into silver, then the verdict
+    Apply(silver::ApplyArgs),
+    /// Print a silver table's finalized_until, its age and the seconds since it last moved
+    Freshness(silver::FreshnessArgs),
+    /// Exit 0 when the period ending at PERIOD_END is final in silver, 1 when not yet
+    IsFinal(silver::IsFinalArgs),
     /// Compact a Delta table's small files (optionally z-ordered)
     Optimize(table::OptimizeArgs),
     /// Delete a Delta table's files older versions no longer need
@@ -61,6 +70,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "embedded-broker")]
         Command::Broker(args) => runtime()?.block_on(broker::run(args)),
         Command::Run(args) => runtime()?.block_on(run::run(args)),
+        Command::Apply(args) => runtime()?.block_on(silver::apply(args)),
+        Command::Freshness(args) => runtime()?.block_on(silver::freshness(args)),
+        Command::IsFinal(args) => runtime()?.block_on(silver::is_final(args)),
         Command::Optimize(args) => runtime()?.block_on(table::optimize(args)),
         Command::Vacuum(args) => runtime()?.block_on(table::vacuum(args)),
         Command::Sim(args) => sim::run(args),

@@ -10,12 +10,14 @@ use std::collections::HashMap;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake::kernel::transaction::CommitProperties;
+use deltalake::kernel::transaction::{CommitProperties, TransactionError};
 use deltalake::kernel::{StructField, Transaction};
 use deltalake::protocol::SaveMode;
 use deltalake::operations::write::SchemaMode;
 use deltalake::{DeltaTable, DeltaTableError};
 use url::Url;
+
+use super::storage::{register_object_stores, Storage};
 
 /// A Delta operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,7 @@ fn error(location: &str, e: impl std::fmt::Display) -> DeltaError {
 
 /// The URL of a table location: a local path (made absolute, created if missing) or a URL.
 pub fn table_url(location: &str) -> Result<Url, DeltaError> {
+    register_object_stores();
     if !location.contains("://") {
         std::fs::create_dir_all(location).map_err(|e| error(location, e))?;
     }
@@ -40,9 +43,9 @@ pub fn table_url(location: &str) -> Result<Url, DeltaError> {
 }
 
 /// Opens the table, or `None` when there is no table there yet.
-pub async fn open(location: &str) -> Result<Option<DeltaTable>, DeltaError> {
+pub async fn open(location: &str, storage: &Storage) -> Result<Option<DeltaTable>, DeltaError> {
     let url = table_url(location)?;
-    match deltalake::open_table(url).await {
+    match deltalake::open_table_with_storage_options(url, storage.clone()).await {
         Ok(table) => Ok(Some(table)),
         Err(DeltaTableError::NotATable(_)) => Ok(None),
         Err(e) => Err(error(location, e)),
@@ -50,7 +53,7 @@ pub async fn open(location: &str) -> Result<Option<DeltaTable>, DeltaError> {
 }
 
 /// Creates a table with `schema`; `comments` are stored as column comments.
-pub async fn create(location: &str, schema: &SchemaRef, comments: &HashMap<&str, &str>, description: &str) -> Result<DeltaTable, DeltaError> {
+pub async fn create(location: &str, storage: &Storage, schema: &SchemaRef, comments: &HashMap<&str, &str>, description: &str) -> Result<DeltaTable, DeltaError> {
     let url = table_url(location)?;
     let mut columns = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
@@ -61,15 +64,28 @@ pub async fn create(location: &str, schema: &SchemaRef, comments: &HashMap<&str,
         };
         columns.push(column);
     }
-    DeltaTable::try_from_url(url)
+    // No retries: a writer that loses the race for version 0 would otherwise commit its
+    // metadata again as version 1, and every writer holding version 0 would then fail its
+    // next append with "metadata changed". The loser opens the winner's table instead.
+    let created = DeltaTable::try_from_url_with_storage_options(url, storage.clone())
         .await
         .map_err(|e| error(location, e))?
         .create()
         .with_columns(columns)
         .with_comment(description)
         .with_save_mode(SaveMode::Ignore)
-        .await
-        .map_err(|e| error(location, e))
+        .with_commit_properties(CommitProperties::default().with_max_retries(0))
+        .await;
+    match created {
+        Ok(table) => Ok(table),
+        Err(e) => match open(location, storage).await? {
+            Some(table) => {
+                tracing::debug!(table = location, error = %e, "another writer created the table first");
+                Ok(table)
+            }
+            None => Err(error(location, e)),
+        },
+    }
 }
 
 /// The last version `app_id` recorded in the table's `txn` actions.
@@ -89,15 +105,38 @@ pub async fn append(
     metadata: impl IntoIterator<Item = (String, serde_json::Value)>,
 ) -> Result<DeltaTable, DeltaError> {
     let location = table.table_url().to_string();
-    let properties = CommitProperties::default().with_application_transaction(Transaction::new(app_id, version)).with_metadata(metadata);
-    table
-        .write(batches)
-        .with_save_mode(SaveMode::Append)
-        .with_schema_mode(SchemaMode::Merge)
-        .with_commit_properties(properties)
-        .await
-        .map_err(|e| error(&location, e))
+    let metadata: Vec<(String, serde_json::Value)> = metadata.into_iter().collect();
+    let mut table = table;
+    let mut attempt = 1;
+    loop {
+        let properties = CommitProperties::default().with_application_transaction(Transaction::new(app_id, version)).with_metadata(metadata.clone());
+        let written = table.clone().write(batches.clone()).with_save_mode(SaveMode::Append).with_schema_mode(SchemaMode::Merge).with_commit_properties(properties).await;
+        match written {
+            Ok(table) => return Ok(table),
+            // Another writer changed the table's metadata (a schema merge, say) since this
+            // writer's snapshot: appends do not conflict with that, so read the table again
+            // and write once more, unless the commit is there after all.
+            Err(conflict) if attempt < APPEND_ATTEMPTS && is_conflict(&conflict) => {
+                tracing::debug!(table = %location, app_id, version, error = %conflict, "append conflicted; reloading the table");
+                table.update_state().await.map_err(|e| error(&location, e))?;
+                if txn_version(&table, app_id).await?.is_some_and(|v| v >= version) {
+                    return Ok(table);
+                }
+                attempt += 1;
+            }
+            Err(e) => return Err(error(&location, e)),
+        }
+    }
 }
+
+/// Whether `error` is a lost commit race (another writer committed first and the conflict
+/// checker refused this commit), which a retry on a fresh snapshot may resolve.
+pub fn is_conflict(error: &DeltaTableError) -> bool {
+    matches!(error, DeltaTableError::Transaction { source: TransactionError::CommitConflict(_) | TransactionError::MaxCommitAttempts(_) })
+}
+
+/// Appends tried before a commit conflict is an error.
+const APPEND_ATTEMPTS: u32 = 3;
 
 /// What `optimize` did.
 #[derive(Debug)]
@@ -110,8 +149,8 @@ pub struct OptimizeReport {
 
 /// Compacts small files into files of about `target_size` bytes (default: the table's
 /// `delta.targetFileSize`, else 100 MiB), ordered by `zorder` columns when given. Concurrent appends are not disturbed.
-pub async fn optimize(location: &str, zorder: &[String], target_size: Option<u64>) -> Result<OptimizeReport, DeltaError> {
-    let table = open(location).await?.ok_or_else(|| error(location, "no Delta table there"))?;
+pub async fn optimize(location: &str, storage: &Storage, zorder: &[String], target_size: Option<u64>) -> Result<OptimizeReport, DeltaError> {
+    let table = open(location, storage).await?.ok_or_else(|| error(location, "no Delta table there"))?;
     let kind = if zorder.is_empty() {
         deltalake::operations::optimize::OptimizeType::Compact
     } else {
@@ -126,8 +165,8 @@ pub async fn optimize(location: &str, zorder: &[String], target_size: Option<u64
 }
 
 /// Deletes files no version newer than `retention_hours` needs; returns how many.
-pub async fn vacuum(location: &str, retention_hours: u64, dry_run: bool) -> Result<usize, DeltaError> {
-    let table = open(location).await?.ok_or_else(|| error(location, "no Delta table there"))?;
+pub async fn vacuum(location: &str, storage: &Storage, retention_hours: u64, dry_run: bool) -> Result<usize, DeltaError> {
+    let table = open(location, storage).await?.ok_or_else(|| error(location, "no Delta table there"))?;
     let (_, metrics) = table
         .vacuum()
         .with_retention_period(chrono::Duration::hours(retention_hours as i64))
@@ -136,4 +175,42 @@ pub async fn vacuum(location: &str, retention_hours: u64, dry_run: bool) -> Resu
         .await
         .map_err(|e| error(location, e))?;
     Ok(metrics.files_deleted.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    /// Writers that share a table (several sinks on one facts table) may all find it missing
+    /// and create it at once: every one of them must then append without a conflict, each
+    /// batch exactly once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn writers_racing_to_create_a_table_all_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("shared").to_str().unwrap().to_owned();
+        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("writer", DataType::Int64, false)]));
+        let writers: Vec<_> = (0..6i64)
+            .map(|writer| {
+                let (location, schema) = (location.clone(), schema.clone());
+                tokio::spawn(async move {
+                    let mut table = create(&location, &Storage::new(), &schema, &HashMap::new(), "race").await.unwrap();
+                    for version in 0..3 {
+                        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![writer]))]).unwrap();
+                        table = append(table, vec![batch], &format!("w{writer}"), version, []).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap();
+        }
+        let table = open(&location, &Storage::new()).await.unwrap().unwrap();
+        assert_eq!(table.version(), Some(18), "one create and 6 × 3 appends, no metadata commit twice");
+        for writer in 0..6 {
+            assert_eq!(txn_version(&table, &format!("w{writer}")).await.unwrap(), Some(2));
+        }
+    }
 }

@@ -43,6 +43,20 @@ pub const BRONZE_COMMIT_DURATION_SECONDS: &str = "mssql_cdc_bronze_commit_durati
 pub const BRONZE_RECORDS_BEHIND: &str = "mssql_cdc_bronze_records_behind";
 /// Records sent to the dead-letter topic (counter).
 pub const BRONZE_DEAD_LETTERED_TOTAL: &str = "mssql_cdc_bronze_dead_lettered_total";
+/// Bronze batches silver applied (heartbeats included), by `table`.
+pub const SILVER_BATCHES_TOTAL: &str = "mssql_cdc_silver_batches_total";
+/// Bronze change rows silver read, by `table`.
+pub const SILVER_CHANGES_TOTAL: &str = "mssql_cdc_silver_changes_total";
+/// Silver rows inserted, by `table`.
+pub const SILVER_ROWS_INSERTED_TOTAL: &str = "mssql_cdc_silver_rows_inserted_total";
+/// Silver rows updated, by `table`.
+pub const SILVER_ROWS_UPDATED_TOTAL: &str = "mssql_cdc_silver_rows_updated_total";
+/// Silver rows deleted, by `table`.
+pub const SILVER_ROWS_DELETED_TOTAL: &str = "mssql_cdc_silver_rows_deleted_total";
+/// Time of one apply step, by `table`.
+pub const SILVER_APPLY_DURATION_SECONDS: &str = "mssql_cdc_silver_apply_duration_seconds";
+/// Now minus `finalized_until`, by `table`.
+pub const SILVER_VERDICT_AGE_SECONDS: &str = "mssql_cdc_silver_verdict_age_seconds";
 
 fn describe_all() {
     describe_counter!(BRONZE_BATCHES_TOTAL, Unit::Count, "Batches the bronze sink completed.");
@@ -50,6 +64,13 @@ fn describe_all() {
     describe_histogram!(BRONZE_COMMIT_DURATION_SECONDS, Unit::Seconds, "Time to write one batch: read, decode, data and facts commits.");
     describe_gauge!(BRONZE_RECORDS_BEHIND, "Control records behind the control topic's end.");
     describe_counter!(BRONZE_DEAD_LETTERED_TOTAL, Unit::Count, "Records sent to the dead-letter topic.");
+    describe_counter!(SILVER_BATCHES_TOTAL, Unit::Count, "Bronze batches applied to silver, heartbeats included.");
+    describe_counter!(SILVER_CHANGES_TOTAL, Unit::Count, "Bronze change rows read by apply_changes.");
+    describe_counter!(SILVER_ROWS_INSERTED_TOTAL, Unit::Count, "Silver rows inserted.");
+    describe_counter!(SILVER_ROWS_UPDATED_TOTAL, Unit::Count, "Silver rows updated.");
+    describe_counter!(SILVER_ROWS_DELETED_TOTAL, Unit::Count, "Silver rows deleted.");
+    describe_histogram!(SILVER_APPLY_DURATION_SECONDS, Unit::Seconds, "Time of one apply step: read bronze, fold, MERGE, control row.");
+    describe_gauge!(SILVER_VERDICT_AGE_SECONDS, Unit::Seconds, "Now minus finalized_until.");
     describe_counter!(SOURCE_ROWS_TOTAL, Unit::Count, "Change rows published, per capture instance.");
     describe_counter!(SOURCE_BYTES_TOTAL, Unit::Bytes, "Bytes of data records published, per capture instance.");
     describe_counter!(SOURCE_BATCHES_TOTAL, Unit::Count, "Batches published (control records, heartbeats included).");

@@ -15,7 +15,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 pub mod sim;
+pub mod pipeline;
 pub mod registry;
+pub mod s3;
 pub mod source;
 
 use mssql_cdc::kafka::KafkaConfig;

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::problem::Problems;
 use crate::delta::location::check_location;
+use crate::delta::storage::StorageOptions;
 use crate::kafka::config::Properties;
 use crate::log::format::{validate_format, RecordFormat, SchemaRegistryConfig};
 use crate::log::topic::check_topic;
@@ -24,6 +25,11 @@ pub struct BronzeOptions {
     pub app_id: Option<String>,
     /// The facts table (one row per batch and event). Default: no facts.
     pub facts_table: Option<String>,
+    /// Object-store settings for `target` and `facts_table` (the `[storage_options]` table):
+    /// delta-rs option names such as `AWS_REGION`, values a string, `{ env = "VAR" }` or
+    /// `{ file = "/path" }`. Default: none (delta-rs reads `AWS_*`, `AZURE_*`, `GOOGLE_*` from
+    /// the environment).
+    pub storage_options: StorageOptions,
     /// Encoding of data records: `json` (default) or `avro`.
     pub format: RecordFormat,
     /// Schema registry, required with `format = "avro"`.
@@ -70,6 +76,7 @@ impl ConnectorKind for BronzeOptions {
         check_topic(problems, "errors.dead_letter_topic", self.errors.dead_letter_topic.as_deref(), false);
         check_location(problems, "target", self.target.as_deref(), true);
         check_location(problems, "facts_table", self.facts_table.as_deref(), false);
+        self.storage_options.validate(problems, "storage_options");
         match &self.app_id {
             None => problems.missing("app_id", "a stable writer id such as \"orders-bronze-v1\""),
             Some(app_id) if app_id.trim().is_empty() || app_id.contains('#') => {

@@ -65,6 +65,9 @@ pub enum BronzeError {
         /// The batch that followed it.
         next: u64,
     },
+    /// A `storage_options` value could not be read (its variable or file is missing).
+    #[error("storage_options: {0}")]
+    Storage(#[from] crate::config::secret::SecretError),
     /// The feed's format cannot be decoded as configured.
     #[error("cannot decode the feed: {0}")]
     UnsupportedFormat(String),

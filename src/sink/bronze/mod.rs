@@ -28,6 +28,7 @@ pub use error::BronzeError;
 
 use self::config::Tolerance;
 use self::feed::Feed;
+use crate::delta::storage::Storage;
 use crate::delta::table as delta;
 use crate::kafka::KafkaConfig;
 use crate::log::control::ControlRecord;
@@ -81,6 +82,8 @@ struct Writer {
     data_topic: String,
     feed: Feed,
     registry: Option<SchemaRegistry>,
+    /// Object-store options of both tables, resolved.
+    storage: Storage,
     bronze: Option<DeltaTable>,
     facts: Option<DeltaTable>,
     /// `txn` versions read back from the tables (-1: none).
@@ -106,23 +109,24 @@ impl Writer {
         };
         let feed = Feed::new(&sink.kafka, &options.consumer_properties, &app_id, &data_topic, &control_topic, dead_letter)?;
         feed.ensure_dead_letter_topic(&sink.kafka).await?;
-        let bronze = delta::open(&target).await?;
+        let storage = options.storage_options.resolve()?;
+        let bronze = delta::open(&target, &storage).await?;
         let bronze_version = match &bronze {
             Some(table) => delta::txn_version(table, &app_id).await?.unwrap_or(-1),
             None => -1,
         };
         let (facts, facts_version) = match &options.facts_table {
             Some(location) => {
-                let table = match delta::open(location).await? {
+                let table = match delta::open(location, &storage).await? {
                     Some(table) => table,
-                    None => delta::create(location, &facts_schema(), &facts_comments(), "mssql-cdc facts: one row per batch and event").await?,
+                    None => delta::create(location, &storage, &facts_schema(), &facts_comments(), "mssql-cdc facts: one row per batch and event").await?,
                 };
                 let version = delta::txn_version(&table, &facts_app_id(&app_id)).await?.unwrap_or(-1);
                 (Some(table), version)
             }
             None => (None, -1),
         };
-        Ok(Self { name: sink.name, options, target, app_id, control_topic, data_topic, feed, registry, bronze, facts, bronze_version, facts_version })
+        Ok(Self { name: sink.name, options, target, app_id, control_topic, data_topic, feed, registry, storage, bronze, facts, bronze_version, facts_version })
     }
 
     async fn run(mut self, cancel: CancellationToken) -> Result<(), BronzeError> {
@@ -267,7 +271,7 @@ impl Writer {
         sink.rows = batch.num_rows() as u64;
         let table = match self.bronze.take() {
             Some(table) => table,
-            None => delta::create(&self.target, &batch.schema(), &records::comments(), &format!("mssql-cdc bronze of {}", self.data_topic)).await?,
+            None => delta::create(&self.target, &self.storage, &batch.schema(), &records::comments(), &format!("mssql-cdc bronze of {}", self.data_topic)).await?,
         };
         let metadata = [
             ("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id)),
@@ -275,6 +279,7 @@ impl Writer {
             ("mssql_cdc.to_lsn".to_owned(), serde_json::json!(control.to_lsn.to_string())),
             ("mssql_cdc.data_topic".to_owned(), serde_json::json!(self.data_topic)),
             ("mssql_cdc.rows".to_owned(), serde_json::json!(sink.rows)),
+            ("mssql_cdc.key".to_owned(), serde_json::json!(control.schema.key)),
         ];
         let table = delta::append(table, vec![batch], &self.app_id, id, metadata).await?;
         self.bronze = Some(table);

@@ -1,0 +1,141 @@
+//! The `delta-silver` stage end to end: the simulator over TDS, the source, the bronze sink and
+//! the silver stage as `mssql-cdc run` processes on the broker process; silver SIGKILLed at
+//! random points and aborted between its data commit and its control commit; silver checked
+//! against the simulator's table by an independent reader (Python `deltalake`).
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use support::pipeline::{bronze_file, feed, setup_and_load, sink_worker};
+use support::source::{controls, wait_caught_up, SourceProcess};
+use support::{run_python, write_file, SimServer, TestBroker};
+
+/// Silver's rows (order_id, customer_id, status) and the control row, as JSON.
+const READ: &str = r#"
+import sys, json
+from deltalake import DeltaTable
+silver, control = sys.argv[1:3]
+out = {}
+try:
+    rows = DeltaTable(silver).to_pyarrow_table(columns=["order_id", "customer_id", "status"]).to_pylist()
+    out["rows"] = sorted([r["order_id"], r["customer_id"], r["status"]] for r in rows)
+except Exception as e:
+    out["rows"] = None
+try:
+    c = DeltaTable(control).to_pyarrow_table().to_pylist()
+    out["control"] = [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.items()} for r in c]
+except Exception as e:
+    out["control"] = []
+print(json.dumps(out))
+sys.stdout.flush()
+import os
+os._exit(0)
+"#;
+
+struct Read {
+    rows: Option<Vec<(i64, i64, String)>>,
+    applied_batch: i64,
+    finalized_until: Option<DateTime<Utc>>,
+    end_commit_ts: Option<DateTime<Utc>>,
+}
+
+fn read(dir: &Path) -> Read {
+    let output = run_python(READ, &[dir.join("silver").to_str().unwrap(), dir.join("control").to_str().unwrap()]);
+    let value: serde_json::Value = serde_json::from_str(output.trim()).unwrap();
+    let rows = value["rows"].as_array().map(|rows| rows.iter().map(|r| (r[0].as_i64().unwrap(), r[1].as_i64().unwrap(), r[2].as_str().unwrap().to_owned())).collect());
+    let control = value["control"].as_array().unwrap();
+    assert!(control.len() <= 1, "one control row per silver table: {control:?}");
+    let ts = |k: &str| control.first().and_then(|c| c[k].as_str()).map(|t| DateTime::parse_from_rfc3339(t).unwrap().with_timezone(&Utc));
+    Read {
+        rows,
+        applied_batch: control.first().and_then(|c| c["applied_batch"].as_i64()).unwrap_or(-1),
+        finalized_until: ts("finalized_until"),
+        end_commit_ts: ts("end_commit_ts"),
+    }
+}
+
+/// The simulator's `dbo.orders`: (order_id, customer_id, status), sorted.
+async fn orders(sim: &SimServer) -> Vec<(i64, i64, String)> {
+    let mut client = mssql_cdc::sim::client::connect(&sim.client_config()).await.expect("login");
+    let rows = client.simple_query("SELECT order_id, customer_id, status FROM dbo.orders").await.unwrap().into_first_result().await.unwrap();
+    let mut rows: Vec<_> = rows.iter().map(|r| (r.get::<i64, _>(0).unwrap(), i64::from(r.get::<i32, _>(1).unwrap()), r.get::<&str, _>(2).unwrap().to_owned())).collect();
+    rows.sort();
+    rows
+}
+
+fn silver_file(dir: &Path) -> std::path::PathBuf {
+    write_file(
+        dir,
+        "silver.toml",
+        &format!(
+            "name = \"orders-silver\"\nkind = \"delta-silver\"\nbronze = \"{}\"\ntarget = \"{}\"\napp_id = \"orders-silver-v1\"\ncontrol_table = \"{}\"\nfacts_table = \"{}\"\ngranularity = \"minute\"\nmax_batches_per_apply = 4\npoll_interval_ms = 200\n",
+            dir.join("orders-bronze").display(),
+            dir.join("silver").display(),
+            dir.join("control").display(),
+            dir.join("facts").display()
+        ),
+    )
+}
+
+/// Invariants 3, 4 and 5 for silver: under SIGKILLs at random points (while bronze is still
+/// being written) and an abort between the silver commit and the control commit, silver ends
+/// equal to the simulator's table; after every restart `finalized_until` has not decreased
+/// and is not past the data applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn silver_equals_the_source_table_under_kills() {
+    let broker = TestBroker::start();
+    let sim = SimServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (topic, _) = feed(&broker, &sim, dir.path(), 1500).await;
+    // The source again (it resumes from its control topic), for the changes made later.
+    let mut source = SourceProcess::spawn(&dir.path().join("worker.toml"), &dir.path().join("source.toml"));
+    let worker = sink_worker(dir.path(), &broker);
+    let bronze = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "orders", &topic, "orders-bronze-v1", ""));
+    let connector = silver_file(dir.path());
+
+    // A deterministic crash between a silver commit and its control commit.
+    let mut crashing = SourceProcess::spawn_with_env(&worker, &connector, &[("MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_COMMIT", "5")]);
+    let status = crashing.wait(Duration::from_secs(120)).unwrap_or_else(|| panic!("silver did not abort at the fault point; stderr:\n{}", crashing.stderr()));
+    assert!(!status.success(), "{}", crashing.stderr());
+    let mut previous = read(dir.path());
+    let mut rng = rand::rng();
+    for kill in 0..8 {
+        if kill == 3 {
+            // More changes while silver is being killed.
+            setup_and_load(&sim, 400, 2);
+        }
+        let mut silver = SourceProcess::spawn(&worker, &connector);
+        std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
+        silver.kill();
+        let now = read(dir.path());
+        assert!(now.finalized_until >= previous.finalized_until, "kill {kill}: finalized_until moved back");
+        assert!(now.applied_batch >= previous.applied_batch, "kill {kill}: the position moved back");
+        if let Some(verdict) = now.finalized_until {
+            assert!(now.end_commit_ts.is_some_and(|end| verdict <= end), "kill {kill}: verdict {verdict} past the data ({:?})", now.end_commit_ts);
+        }
+        previous = now;
+    }
+
+    // Let everything catch up, then silver equals the source table.
+    wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(120)).await;
+    source.stop();
+    let last = controls(&broker.bootstrap, &topic).last().unwrap().batch_id as i64;
+    let silver = SourceProcess::spawn(&worker, &connector);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let found = loop {
+        let found = read(dir.path());
+        if found.applied_batch >= last {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "silver did not reach batch {last} (at {}); silver:\n{}\nbronze:\n{}", found.applied_batch, silver.stderr(), bronze.stderr());
+        std::thread::sleep(Duration::from_millis(1000));
+    };
+    let expected = orders(&sim).await;
+    assert!(!expected.is_empty());
+    assert_eq!(found.rows.as_deref(), Some(&expected[..]), "silver equals dbo.orders");
+    assert!(found.finalized_until >= previous.finalized_until);
+}
