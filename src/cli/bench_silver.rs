@@ -29,8 +29,8 @@ pub struct SilverBench {
     /// Rows per silver file when the table is built.
     #[arg(long, default_value_t = 250_000)]
     rows_per_file: u64,
-    /// Key pattern: `hot` (95% of updates and deletes on the newest 2% of keys, the rest
-    /// anywhere) or `uniform`.
+    /// Key pattern of updates and deletes: `recent` (all on the newest 2% of keys), `hot` (95%
+    /// there, 5% anywhere) or `uniform`. Inserts always take new keys above the table's.
     #[arg(long, default_value = "hot")]
     keys: String,
     /// Where the tables go (deleted after).
@@ -68,14 +68,14 @@ fn silver_batch(ids: &[i64], lsn: u64) -> RecordBatch {
 }
 
 /// The fold of a batch: `changes` distinct keys, 60% updates, 25% inserts above `n`, 15% deletes.
-fn folded(n: u64, changes: u64, hot: bool, rng: &mut StdRng) -> RecordBatch {
+fn folded(n: u64, changes: u64, hot_percent: u32, rng: &mut StdRng) -> RecordBatch {
     let mut keys = std::collections::BTreeMap::new();
     let hot_from = n - n / 50;
     while (keys.len() as u64) < changes {
         let kind = rng.random_range(0..100);
         let key = if kind < 25 {
             (n + keys.len() as u64) as i64
-        } else if hot && rng.random_range(0..100) < 95 {
+        } else if rng.random_range(0..100) < hot_percent {
             rng.random_range(hot_from..n) as i64
         } else {
             rng.random_range(0..n) as i64
@@ -146,9 +146,10 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()>
 
 pub async fn run(args: SilverBench) -> anyhow::Result<ExitCode> {
     let hot = match args.keys.as_str() {
-        "hot" => true,
-        "uniform" => false,
-        other => anyhow::bail!("--keys `{other}`: expected hot or uniform"),
+        "recent" => 100,
+        "hot" => 95,
+        "uniform" => 0,
+        other => anyhow::bail!("--keys `{other}`: expected recent, hot or uniform"),
     };
     println!("silver rows | batch | keys | ours: s, files scanned/rewritten | plain MERGE: s, files scanned/rewritten | peak RSS MB");
     for &n in &args.silver_rows {
