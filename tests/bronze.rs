@@ -24,12 +24,6 @@ bronze, facts, app_id, storage = sys.argv[1:5]
 so = json.loads(storage)
 out = {}
 try:
-    t = DeltaTable(bronze, storage_options=so).to_pyarrow_table(columns=["_start_lsn", "_seqval", "_operation", "_batch_id"]).to_pylist()
-    out["changes"] = sorted([r["_start_lsn"], r["_seqval"], r["_operation"]] for r in t)
-except Exception as e:
-    out["changes"] = []
-    out["bronze_error"] = str(e)
-try:
     f = DeltaTable(facts, storage_options=so).to_pyarrow_table().to_pylist()
     mine = [r for r in f if r["app_id"] == app_id]
     out["batches"] = sorted(r["batch_id"] for r in mine if r["event"] in ("batch", "heartbeat"))
@@ -38,6 +32,14 @@ try:
 except Exception as e:
     out["batches"] = []
     out["facts_error"] = str(e)
+# Bronze after facts: the sink commits a batch's data before its facts row, so a facts row
+# read first has its data in the bronze read that follows.
+try:
+    t = DeltaTable(bronze, storage_options=so).to_pyarrow_table(columns=["_start_lsn", "_seqval", "_operation", "_batch_id"]).to_pylist()
+    out["changes"] = sorted([r["_start_lsn"], r["_seqval"], r["_operation"]] for r in t)
+except Exception as e:
+    out["changes"] = []
+    out["bronze_error"] = str(e)
 print(json.dumps(out))
 # deltalake's runtime threads can abort the interpreter's teardown; leave at once.
 sys.stdout.flush()

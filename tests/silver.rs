@@ -21,15 +21,17 @@ from deltalake import DeltaTable
 silver, control = sys.argv[1:3]
 out = {}
 try:
-    rows = DeltaTable(silver).to_pyarrow_table(columns=["order_id", "customer_id", "status"]).to_pylist()
-    out["rows"] = sorted([r["order_id"], r["customer_id"], r["status"]] for r in rows)
-except Exception as e:
-    out["rows"] = None
-try:
     c = DeltaTable(control).to_pyarrow_table().to_pylist()
     out["control"] = [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.items()} for r in c]
 except Exception as e:
     out["control"] = []
+# Silver after control: the stage commits silver before the control row, so the position read
+# first is in the silver read that follows.
+try:
+    rows = DeltaTable(silver).to_pyarrow_table(columns=["order_id", "customer_id", "status"]).to_pylist()
+    out["rows"] = sorted([r["order_id"], r["customer_id"], r["status"]] for r in rows)
+except Exception as e:
+    out["rows"] = None
 print(json.dumps(out))
 sys.stdout.flush()
 import os
@@ -138,4 +140,26 @@ async fn silver_equals_the_source_table_under_kills() {
     assert!(!expected.is_empty());
     assert_eq!(found.rows.as_deref(), Some(&expected[..]), "silver equals dbo.orders");
     assert!(found.finalized_until >= previous.finalized_until);
+    drop(silver);
+
+    // The verdict from the command line: is-final answers by exit code at the boundary.
+    let verdict = found.finalized_until.expect("a verdict after the catch-up");
+    let table = dir.path().join("silver");
+    let control = dir.path().join("control");
+    let is_final = |at: DateTime<Utc>| {
+        let output = std::process::Command::new(support::bin())
+            .args(["is-final", table.to_str().unwrap(), &at.to_rfc3339(), "--control-table", control.to_str().unwrap()])
+            .output()
+            .unwrap();
+        output.status.code()
+    };
+    assert_eq!(is_final(verdict), Some(0), "a period ending at finalized_until is final");
+    assert_eq!(is_final(verdict + chrono::Duration::seconds(1)), Some(1), "a period ending after it is not");
+    let freshness = std::process::Command::new(support::bin()).args(["freshness", table.to_str().unwrap(), "--control-table", control.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&freshness.stdout);
+    assert!(freshness.status.success() && text.contains(&verdict.to_rfc3339()), "{text}");
+    // One more pass has nothing to apply.
+    let apply = std::process::Command::new(support::bin()).args(["apply", connector.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&apply.stdout);
+    assert!(apply.status.success() && text.starts_with("applied 0 batches"), "{text}{}", String::from_utf8_lossy(&apply.stderr));
 }
