@@ -1,5 +1,5 @@
 //! The command line describes itself: `--help` lists every subcommand with a one-line
-//! description, and `demo` runs on a machine with nothing installed.
+//! description, and `demo` runs the whole pipeline on a machine with nothing installed.
 
 mod support;
 
@@ -19,15 +19,32 @@ fn help_lists_every_subcommand_with_a_description() {
     }
 }
 
-/// Invariant: the README's main command works with nothing but the binary: the embedded
-/// broker starts and every record sent comes back.
+/// Invariant: the README's main command works with nothing but the binary: the simulator,
+/// the embedded broker and the three stages run, and when the workload stops silver is read
+/// back equal to the simulator's table (the demo exits 1 otherwise).
 #[test]
-fn demo_round_trips_records_through_the_embedded_broker() {
-    let output = Command::new(support::bin()).args(["demo", "--records", "2000"]).output().unwrap();
+fn demo_ends_with_silver_equal_to_the_simulator_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(support::bin()).args(["demo", "--duration", "12", "--rate", "300"]).current_dir(dir.path()).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("produced 2000 records"), "{stdout}");
-    assert!(stdout.contains("consumed 2000 records"), "{stdout}");
+    assert!(stdout.contains("check: silver equals dbo.orders"), "{stdout}");
+    assert!(stdout.contains("12 columns compared"), "{stdout}");
+    for table in ["bronze/orders", "silver/orders", "ops/facts", "ops/finalization"] {
+        assert!(dir.path().join("demo-data/lake").join(table).join("_delta_log").is_dir(), "{table} missing");
+    }
+}
+
+/// Invariant: the demo never deletes a `./demo-data` that is not its own.
+#[test]
+fn demo_refuses_a_data_directory_it_did_not_make() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("demo-data")).unwrap();
+    std::fs::write(dir.path().join("demo-data/precious.txt"), "keep me").unwrap();
+    let output = Command::new(support::bin()).args(["demo", "--duration", "1"]).current_dir(dir.path()).output().unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not a previous demo's"), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(dir.path().join("demo-data/precious.txt").exists());
 }
 
 /// Invariant: the simulator benchmark reads over TDS exactly the change rows the workload

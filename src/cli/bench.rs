@@ -25,12 +25,16 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
+    /// Without a subcommand: the report (`bench report` with its defaults).
     #[command(subcommand)]
-    what: BenchWhat,
+    what: Option<BenchWhat>,
 }
 
 #[derive(Debug, clap::Subcommand)]
 enum BenchWhat {
+    /// The report: every stage as its own process, throughput, apply time, end-to-end
+    /// latency and peak RSS, each next to a baseline from the same run (one Markdown table)
+    Report(super::bench_report::ReportBench),
     /// The source: one capture instance into the embedded broker, next to a raw producer
     Source(SourceBench),
     /// The source's feed, then the bronze sink into Delta, next to writing the same Arrow
@@ -53,9 +57,11 @@ struct SourceBench {
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
-        BenchWhat::Source(bench) => source(bench, false).await,
-        BenchWhat::Bronze(bench) => source(bench, true).await,
-        BenchWhat::Silver(bench) => super::bench_silver::run(bench).await,
+        None => super::bench_report::run(super::bench_report::ReportBench::defaults()).await,
+        Some(BenchWhat::Report(bench)) => super::bench_report::run(bench).await,
+        Some(BenchWhat::Source(bench)) => source(bench, false).await,
+        Some(BenchWhat::Bronze(bench)) => source(bench, true).await,
+        Some(BenchWhat::Silver(bench)) => super::bench_silver::run(bench).await,
     }
 }
 
@@ -117,19 +123,9 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
     task.await??;
 
     // Baseline: the same records, produced raw.
-    let records = tokio::task::block_in_place(|| read_topic(&kafka, "bench.sales.dbo.orders"))?;
-    let raw = Publisher::new(&kafka, &Default::default(), "bench-raw")?;
-    raw.ensure_topics("bench.raw", 3, "bench.raw.control").await?;
-    let started = Instant::now();
-    raw.begin();
-    for (key, value) in &records {
-        raw.send("bench.raw", key, value)?;
-    }
-    let acked: u64 = raw.finish()?.iter().map(|p| p.records).sum();
-    let raw_secs = started.elapsed().as_secs_f64();
-    let raw_bytes: usize = records.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if records.len() as u64 != rows {
-        println!("note: {} of the {rows} records were read back for the baseline", records.len());
+    let (records, acked, raw_secs, raw_bytes) = raw_producer_baseline(&kafka, "bench.sales.dbo.orders").await?;
+    if records != rows {
+        println!("note: {records} of the {rows} records were read back for the baseline");
     }
     shutdown.cancel();
 
@@ -156,7 +152,6 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
 /// straight to one Parquet file in the same directory.
 async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
     use mssql_cdc::config::WorkerConfig;
-    use mssql_cdc::sink::bronze::records::{decode_json, DataRecord};
     use mssql_cdc::sink::bronze::{BronzeOptions, BronzeSink};
     use mssql_cdc::stage::{Stage, StageContext};
 
@@ -192,29 +187,7 @@ async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
     task.await??;
     let bronze_peak = peak_rss_mb();
 
-    let controls: Vec<mssql_cdc::log::ControlRecord> =
-        tokio::task::block_in_place(|| read_partitions(kafka, "bench.sales.dbo.orders.control", false))?.iter().map(|(_, v)| serde_json::from_slice(v)).collect::<Result<_, _>>()?;
-    let records = tokio::task::block_in_place(|| read_topic(kafka, "bench.sales.dbo.orders"))?;
-    let bytes: usize = records.iter().map(|(_, v)| v.len()).sum();
-    let rows = records.len();
-    let schema = &controls.last().ok_or_else(|| anyhow::anyhow!("no control records"))?.schema;
-    let started = Instant::now();
-    let data: Vec<DataRecord> = records.into_iter().enumerate().map(|(i, (_, value))| DataRecord { partition: 0, offset: i as i64, value }).collect();
-    let mut arrow_batches = Vec::new();
-    for chunk in data.chunks(10_000) {
-        let decoded = decode_json(schema, chunk, 0, "0x", "0xFFFFFFFFFFFFFFFFFFFFF");
-        anyhow::ensure!(decoded.bad.is_empty(), "baseline decode failed: {:?}", decoded.bad.first().map(|b| &b.1));
-        arrow_batches.extend(decoded.batch);
-    }
-    let decode_secs = started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    let file = std::fs::File::create(dir.join("baseline.parquet"))?;
-    let mut writer = deltalake::parquet::arrow::ArrowWriter::try_new(file, arrow_batches[0].schema(), None)?;
-    for batch in &arrow_batches {
-        writer.write(batch)?;
-    }
-    writer.close()?;
-    let write_secs = started.elapsed().as_secs_f64();
+    let (rows, bytes, decode_secs, write_secs) = parquet_baseline(kafka, "bench.sales.dbo.orders", &dir).await?;
     let files = std::fs::read_dir(&target)?.filter(|e| e.as_ref().is_ok_and(|e| e.path().extension().is_some_and(|x| x == "parquet"))).count();
     println!(
         "bronze sink (control topic -> {batches} batches read by offset range -> JSON decode -> Delta commits with txn, plus facts): {rows} rows, {:.1} MB in {bronze_secs:.2} s = {:.0} rows/s, {:.1} MB/s; {files} data files; peak RSS {bronze_peak:.0} MB (from {base_rss:.0} MB at the start of the phase)",
@@ -231,14 +204,63 @@ async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn broker_topic_has_data(kafka: &KafkaConfig, topic: &str) -> bool {
+/// The records of `topic` read back, then produced again to a fresh topic by a bare rdkafka
+/// producer with the source's settings: (records read, records acked, seconds, bytes).
+pub(super) async fn raw_producer_baseline(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<(u64, u64, f64, usize)> {
+    let records = tokio::task::block_in_place(|| read_topic(kafka, topic))?;
+    let raw_topic = format!("{topic}.raw-baseline");
+    let raw = Publisher::new(kafka, &Default::default(), "bench-raw")?;
+    raw.ensure_topics(&raw_topic, 3, &format!("{raw_topic}.control")).await?;
+    let started = Instant::now();
+    raw.begin();
+    for (key, value) in &records {
+        raw.send(&raw_topic, key, value)?;
+    }
+    let acked: u64 = raw.finish()?.iter().map(|p| p.records).sum();
+    let secs = started.elapsed().as_secs_f64();
+    let bytes: usize = records.iter().map(|(k, v)| k.len() + v.len()).sum();
+    Ok((records.len() as u64, acked, secs, bytes))
+}
+
+/// The data records of `topic` decoded from JSON into Arrow with the last control record's
+/// schema, then written to one Parquet file in `dir`: (rows, bytes, decode s, write s).
+pub(super) async fn parquet_baseline(kafka: &KafkaConfig, topic: &str, dir: &std::path::Path) -> anyhow::Result<(usize, usize, f64, f64)> {
+    use mssql_cdc::sink::bronze::records::{decode_json, DataRecord};
+
+    let control_topic = format!("{topic}.control");
+    let controls: Vec<mssql_cdc::log::ControlRecord> =
+        tokio::task::block_in_place(|| read_partitions(kafka, &control_topic, false))?.iter().map(|(_, v)| serde_json::from_slice(v)).collect::<Result<_, _>>()?;
+    let records = tokio::task::block_in_place(|| read_topic(kafka, topic))?;
+    let bytes: usize = records.iter().map(|(_, v)| v.len()).sum();
+    let rows = records.len();
+    let schema = &controls.iter().rev().find(|c| c.rows > 0).or(controls.last()).ok_or_else(|| anyhow::anyhow!("no control records"))?.schema;
+    let started = Instant::now();
+    let data: Vec<DataRecord> = records.into_iter().enumerate().map(|(i, (_, value))| DataRecord { partition: 0, offset: i as i64, value }).collect();
+    let mut arrow_batches = Vec::new();
+    for chunk in data.chunks(10_000) {
+        let decoded = decode_json(schema, chunk, 0, "0x", "0xFFFFFFFFFFFFFFFFFFFFF");
+        anyhow::ensure!(decoded.bad.is_empty(), "baseline decode failed: {:?}", decoded.bad.first().map(|b| &b.1));
+        arrow_batches.extend(decoded.batch);
+    }
+    let decode_secs = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let file = std::fs::File::create(dir.join("baseline.parquet"))?;
+    let mut writer = deltalake::parquet::arrow::ArrowWriter::try_new(file, arrow_batches[0].schema(), None)?;
+    for batch in &arrow_batches {
+        writer.write(batch)?;
+    }
+    writer.close()?;
+    Ok((rows, bytes, decode_secs, started.elapsed().as_secs_f64()))
+}
+
+pub(super) fn broker_topic_has_data(kafka: &KafkaConfig, topic: &str) -> bool {
     let Ok(consumer) = kafka.client_config().map(|c| c.create::<BaseConsumer>()) else { return false };
     let Ok(consumer) = consumer else { return false };
     consumer.fetch_watermarks(topic, 0, Duration::from_secs(5)).is_ok_and(|(low, high)| high > low)
 }
 
 /// (rows, bytes, batches) summed over the control topic.
-fn control_totals(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<(u64, u64, u64)> {
+pub(super) fn control_totals(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<(u64, u64, u64)> {
     let records = read_partitions(kafka, topic, false)?;
     let mut totals = (0, 0, 0);
     for (_, value) in records {
@@ -250,7 +272,7 @@ fn control_totals(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<(u64, u64,
     Ok(totals)
 }
 
-fn read_topic(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+pub(super) fn read_topic(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     read_partitions(kafka, topic, true)
 }
 

@@ -3,12 +3,16 @@
 #[cfg(feature = "embedded-broker")]
 mod bench;
 #[cfg(feature = "embedded-broker")]
+mod bench_report;
+#[cfg(feature = "embedded-broker")]
 mod bench_silver;
 #[cfg(feature = "embedded-broker")]
 mod broker;
 #[cfg(feature = "embedded-broker")]
 mod demo;
 mod run;
+#[cfg(feature = "embedded-broker")]
+mod services;
 mod sim;
 mod silver;
 mod table;
@@ -32,7 +36,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the embedded demo (today: the embedded broker and a Kafka round trip; see README)
+    /// The whole pipeline on this machine: simulator, broker, source, bronze and silver, a live view, then silver checked against the source table
     #[cfg(feature = "embedded-broker")]
     Demo(demo::DemoArgs),
     /// Benchmarks with a baseline measured in the same run (see docs/operations.md)
@@ -61,7 +65,12 @@ enum Command {
 
 /// Runs the chosen subcommand.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    logging::init(cli.log_format, "info");
+    // The demo's live view owns the terminal: its stages log warnings only (RUST_LOG overrides).
+    #[cfg(feature = "embedded-broker")]
+    let level = if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" };
+    #[cfg(not(feature = "embedded-broker"))]
+    let level = "info";
+    logging::init(cli.log_format, level);
     match cli.command {
         #[cfg(feature = "embedded-broker")]
         Command::Demo(args) => runtime()?.block_on(demo::run(args)),

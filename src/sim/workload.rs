@@ -2,6 +2,8 @@
 //! chosen size, at a target rate, with key skew, through any [`SqlClient`] (the in-process
 //! engine here; tiberius over TDS against the served simulator or a real SQL Server).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -114,6 +116,8 @@ pub struct Workload {
     rng: StdRng,
     live: Vec<i64>,
     next_id: i64,
+    stop: Option<Arc<AtomicBool>>,
+    made: Option<Arc<AtomicU64>>,
 }
 
 const STATUSES: &[&str] = &["new", "paid", "packed", "shipped", "delivered", "returned"];
@@ -124,7 +128,19 @@ impl Workload {
     pub fn new(options: WorkloadOptions, existing: Vec<i64>) -> Self {
         let next_id = existing.iter().copied().max().unwrap_or(0) + 1;
         let rng = StdRng::seed_from_u64(options.seed);
-        Self { options, rng, live: existing, next_id }
+        Self { options, rng, live: existing, next_id, stop: None, made: None }
+    }
+
+    /// Stops at the next transaction boundary once `stop` is set, and counts the changes
+    /// committed so far into `made` (for a live view).
+    pub fn controlled(mut self, stop: Arc<AtomicBool>, made: Arc<AtomicU64>) -> Self {
+        self.stop = Some(stop);
+        self.made = Some(made);
+        self
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|stop| stop.load(Ordering::Relaxed))
     }
 
     fn pick_key(&mut self) -> Option<usize> {
@@ -161,7 +177,7 @@ impl Workload {
     pub fn run(&mut self, client: &mut dyn SqlClient) -> Result<WorkloadReport, SqlError> {
         let started = Instant::now();
         let mut report = WorkloadReport::default();
-        while report.changes < self.options.changes {
+        while report.changes < self.options.changes && !self.stopped() {
             let size = self.rng.random_range(1..=self.options.max_transaction_size.max(1));
             let snapshot = (self.live.clone(), self.next_id);
             let mut changed = 0u64;
@@ -179,6 +195,9 @@ impl Workload {
                     report.transactions += 1;
                     report.statements += statements.len() as u64;
                     report.changes += changed;
+                    if let Some(made) = &self.made {
+                        made.fetch_add(changed, Ordering::Relaxed);
+                    }
                 }
                 Err(error) if matches!(error.number, 1205 | 1222) => {
                     (self.live, self.next_id) = snapshot;

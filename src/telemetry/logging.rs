@@ -7,7 +7,7 @@ use super::config::LogFormat;
 /// The embedded broker's crates log every request at info, and the Delta kernel logs an error
 /// for every probe of a table that does not exist yet (the sinks probe before creating): keep
 /// them quiet unless asked.
-const QUIET_DEPENDENCIES: &str = "buoyant_kernel=warn,buoyant_kernel::snapshot::builder=off,deltalake_core=warn,deltalake_core::writer::stats=error,tansu_broker=warn,tansu_storage=warn,tansu_service=warn,tansu_sans_io=warn,tansu_schema=warn,tansu_auth=warn,libsql=warn";
+const QUIET_DEPENDENCIES: &str = "buoyant_kernel=warn,buoyant_kernel::snapshot::builder=off,deltalake_core=warn,deltalake_core::writer::stats=error,deltalake_core::operations::merge=error,tansu_broker=warn,tansu_storage=warn,tansu_service=warn,tansu_sans_io=warn,tansu_schema=warn,tansu_auth=warn,libsql=warn";
 
 /// Installs the global subscriber: `RUST_LOG` if set, else `level` (with the embedded
 /// broker's crates at `warn`). Safe to call once per process; later calls are ignored.

@@ -45,6 +45,9 @@ impl Feed {
         dead_letter_topic: Option<&str>,
     ) -> Result<Self, BronzeError> {
         let mut config = cluster.client_config().map_err(kafka)?;
+        // A new control record is wanted soon after it lands: a short long-poll (librdkafka's
+        // default is 500 ms) bounds that wait. A user's `properties` may override it.
+        config.set("fetch.wait.max.ms", "100");
         for (key, value) in properties.iter() {
             config.set(key, value.to_string());
         }
@@ -56,7 +59,9 @@ impl Feed {
             .set("enable.partition.eof", "false");
         let control: BaseConsumer = config.create().map_err(kafka)?;
         let mut data_config = config.clone();
-        data_config.set("group.id", format!("{app_id}.data")).set("fetch.max.bytes", "52428800");
+        // The data consumer only reads ranges a control record names, which are already in the
+        // log: a fetch must never wait for more.
+        data_config.set("group.id", format!("{app_id}.data")).set("fetch.max.bytes", "52428800").set("fetch.wait.max.ms", "10");
         let data: BaseConsumer = data_config.create().map_err(kafka)?;
         let dead_letters = match dead_letter_topic {
             Some(topic) => {

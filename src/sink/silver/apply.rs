@@ -230,7 +230,7 @@ impl Applier {
             None => bronze_keys(&bronze).await?,
         };
         let sql = format!("SELECT * FROM bronze WHERE {b} > {from} AND {b} <= {to}", b = ident(BATCH_ID));
-        let rows = query(&[("bronze", &bronze)], &sql).await?;
+        let rows: Vec<RecordBatch> = query(&[("bronze", &bronze)], &sql).await?.iter().map(without_field_metadata).collect();
         let (folded, counts) = fold(&rows, &keys).map_err(|e| SilverError::Fold(e.to_string()))?;
         report.fold = counts;
         let properties = CommitProperties::default().with_application_transaction(Transaction::new(&self.app_id, to)).with_metadata([
@@ -388,6 +388,14 @@ fn upserts_sorted(folded: &RecordBatch, keys: &[String]) -> Result<RecordBatch, 
     let schema = silver_schema(&kept.schema());
     let indices: Vec<usize> = schema.fields().iter().map(|f| kept.schema().index_of(f.name()).expect("silver column in fold")).collect();
     kept.project(&indices).map_err(|e| SilverError::Fold(e.to_string()))
+}
+
+/// `batch` without its fields' metadata: bronze's column comments come along with a read, and
+/// silver's own comments on the same columns differ, which a write would refuse to merge.
+fn without_field_metadata(batch: &RecordBatch) -> RecordBatch {
+    let fields: Vec<arrow::datatypes::Field> = batch.schema().fields().iter().map(|f| f.as_ref().clone().with_metadata(Default::default())).collect();
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new_with_metadata(fields, batch.schema().metadata().clone()));
+    RecordBatch::try_new(schema, batch.columns().to_vec()).expect("the same columns under the same types")
 }
 
 /// Comments on silver's metadata columns.

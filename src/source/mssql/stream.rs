@@ -216,6 +216,11 @@ impl Stream {
     async fn batch(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, state: ServerState) -> Result<Step, SourceError> {
         let started = Instant::now();
         let ci = setup.instance.name.as_str();
+        // An empty lsn_time_mapping (CDC enabled, nothing captured yet) reports a maximum of
+        // zero while the capture instance already has its start LSN: nothing to read yet.
+        if state.max_lsn == Lsn::ZERO {
+            return Ok(Step::Idle);
+        }
         if position.lsn > state.max_lsn {
             return Err(SourceError::AheadOfServer {
                 capture_instance: ci.to_owned(),

@@ -1,0 +1,354 @@
+//! `mssql-cdc demo`: the whole pipeline on one machine with nothing installed.
+//!
+//! One process holds every part, each the real thing: the SQL Server simulator served over TDS
+//! on a free local port, the embedded Kafka-protocol broker (in memory), and the three stages
+//! of `connectors/demo/` (the source reading CDC through tiberius, the bronze sink, the silver
+//! stage) writing Delta tables under `./demo-data/`. A workload drives `dbo.orders` at a steady
+//! rate while a live view shows each stage's progress from the Prometheus metrics. At Ctrl-C,
+//! SIGTERM or after `--duration`, the workload stops, the stages catch up to the last commit,
+//! and silver is read back and compared with the simulator's table, column by column.
+
+mod check;
+mod view;
+
+pub(super) use view::sum_metric;
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mssql_cdc::config::load::Document;
+use mssql_cdc::config::secret::{Secret, SecretString};
+use mssql_cdc::config::{ConnectorConfig, WorkerConfig};
+use mssql_cdc::delta::table;
+use mssql_cdc::kafka::KafkaConfig;
+use mssql_cdc::lsn::Lsn;
+use mssql_cdc::sim::workload::{create_orders, Workload, WorkloadOptions};
+use mssql_cdc::sim::{LocalClient, Output, SimConfig, Simulator, Value};
+use mssql_cdc::sink::silver::control;
+use mssql_cdc::source::mssql::config::ConnectionString;
+use mssql_cdc::stage::registry::ConnectorOptions;
+use mssql_cdc::stage::StageContext;
+use mssql_cdc::telemetry::{http, metrics, Health};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+use super::services::Services;
+
+/// The connector files the demo runs, as shipped in `connectors/demo/`.
+const CONNECTORS: &[(&str, &str)] = &[
+    ("connectors/demo/source.toml", include_str!("../../../connectors/demo/source.toml")),
+    ("connectors/demo/bronze.toml", include_str!("../../../connectors/demo/bronze.toml")),
+    ("connectors/demo/silver.toml", include_str!("../../../connectors/demo/silver.toml")),
+];
+/// Where the demo's tables go (the connector files name paths under it).
+const DATA_DIR: &str = "demo-data";
+/// A file marking a directory as the demo's, so a rerun may clear it.
+const MARKER: &str = ".mssql-cdc-demo";
+/// Environment variable holding the simulator's `sa` password (default `Sim-Passw0rd`).
+const PASSWORD_ENV: &str = "MSSQL_CDC_SIM_PASSWORD";
+/// Exit code when silver does not equal the simulator's table.
+const EXIT_DIFFERENT: u8 = 1;
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Seconds the workload runs before the demo stops by itself (default: until Ctrl-C).
+    #[arg(long)]
+    duration: Option<u64>,
+    /// Workload changes per second.
+    #[arg(long, default_value_t = 500)]
+    rate: u64,
+    /// Seconds the stages get to catch up after the workload stops.
+    #[arg(long, default_value_t = 180)]
+    catch_up_timeout: u64,
+    /// Address of the `/metrics` and `/health` listener (port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    metrics_listen: SocketAddr,
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    prepare_data_dir(Path::new(DATA_DIR))?;
+    let shutdown = CancellationToken::new();
+    let health = Health::default();
+    let handle = metrics::install();
+    let metrics_address = http::serve(args.metrics_listen, handle.clone(), health.clone(), shutdown.clone()).await?;
+
+    let password = std::env::var(PASSWORD_ENV).unwrap_or_else(|_| "Sim-Passw0rd".to_owned());
+    let sim = Simulator::new(SimConfig { logins: vec![("sa".to_owned(), password.clone())], ..SimConfig::default() });
+    let _jobs = sim.spawn_jobs(Duration::from_millis(100));
+    create_orders(&mut LocalClient::new(&sim)).map_err(|error| anyhow::anyhow!("creating dbo.orders: {error}"))?;
+    let services = Services::start(Path::new(DATA_DIR).join("broker.db"), "mssql-cdc-demo", &sim).await?;
+    let (sim_address, broker_address) = (services.sim_address, services.broker_address);
+    println!("simulator (SQL Server over TDS) on {sim_address}; broker on {broker_address}; metrics on http://{metrics_address}/metrics");
+    println!("stages from connectors/demo/ (source, bronze, silver); tables under ./{DATA_DIR}/lake/");
+
+    let worker = WorkerConfig { kafka: KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() }, ..WorkerConfig::default() };
+    let stages_cancel = CancellationToken::new();
+    let mut stages = tokio::task::JoinSet::new();
+    let mut silver = None;
+    for (origin, text) in CONNECTORS {
+        let mut connector = ConnectorConfig::from_document(Document::parse(origin, text)?)
+            .map_err(|problems| anyhow::anyhow!("{origin}: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
+        match &mut connector.options {
+            // The simulator's port is chosen at start, and its password is the demo's.
+            ConnectorOptions::MssqlSource(options) => {
+                options.connection_string = Some(ConnectionString(format!("Server=127.0.0.1,{};Database=sales", sim_address.port())));
+                options.password = Some(Secret::Inline(SecretString::new(password.clone())));
+            }
+            ConnectorOptions::DeltaSilver(options) => {
+                silver = Some((options.target.clone().context("silver target")?, options.control_table.clone().context("silver control_table")?));
+            }
+            ConnectorOptions::DeltaBronze(_) => {}
+        }
+        let context = StageContext { name: connector.name.clone(), worker: worker.clone() };
+        let stage = connector.options.build(&context).map_err(|error| anyhow::anyhow!("{origin}: {error}"))?;
+        stages.spawn(stage.run(stages_cancel.child_token()));
+    }
+    let (silver_table, control_table) = silver.context("connectors/demo has a delta-silver connector")?;
+    health.set_ready(true);
+
+    // The workload, on its own thread, until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let made = Arc::new(AtomicU64::new(0));
+    let options = WorkloadOptions { rate: args.rate, changes: u64::MAX, ..WorkloadOptions::default() };
+    let workload = Workload::new(options, Vec::new()).controlled(stop.clone(), made.clone());
+    let workload_sim = sim.clone();
+    let workload_thread = std::thread::spawn(move || {
+        let mut workload = workload;
+        workload.run(&mut LocalClient::new(&workload_sim))
+    });
+
+    let started = Instant::now();
+    let mut screen = Screen::new();
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let deadline = args.duration.map(Duration::from_secs);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut previous = (view::Reading::default(), Instant::now());
+    let mut verdict = Verdict::new(&silver_table, &control_table);
+    let reason = loop {
+        tokio::select! {
+            _ = terminate.recv() => break "SIGTERM",
+            _ = interrupt.recv() => break "Ctrl-C",
+            joined = stages.join_next() => {
+                let error = match joined {
+                    Some(Ok(Err(error))) => error.to_string(),
+                    Some(Err(error)) => format!("a stage panicked: {error}"),
+                    _ => "a stage stopped".to_owned(),
+                };
+                stop.store(true, Ordering::Relaxed);
+                stop_stages(&stages_cancel, &mut stages).await;
+                anyhow::bail!("{error}");
+            }
+            _ = tick.tick() => {
+                let now = view::Reading::parse(&handle.render(), made.load(Ordering::Relaxed));
+                verdict.refresh().await;
+                screen.show(&view::render(started.elapsed(), &now, &previous.0, previous.1.elapsed(), verdict.row.as_ref().and_then(|r| r.finalized_until)));
+                previous = (now, Instant::now());
+                if deadline.is_some_and(|d| started.elapsed() >= d) {
+                    break "--duration reached";
+                }
+            }
+        }
+    };
+
+    stop.store(true, Ordering::Relaxed);
+    let report = workload_thread.join().map_err(|_| anyhow::anyhow!("the workload panicked"))??;
+    let target = max_lsn(&sim).context("reading the simulator's max LSN")?;
+    println!("\n{reason}: workload stopped after {} changes in {} transactions; waiting for silver to reach LSN {target}", report.changes, report.transactions);
+    let catch_up = Instant::now();
+    let caught_up = loop {
+        if verdict.applied_through().is_some_and(|end| end >= target) {
+            break true;
+        }
+        if catch_up.elapsed() > Duration::from_secs(args.catch_up_timeout) {
+            break false;
+        }
+        tokio::select! {
+            joined = stages.join_next() => {
+                if let Some(Ok(Err(error))) = joined {
+                    stop_stages(&stages_cancel, &mut stages).await;
+                    anyhow::bail!("{error}");
+                }
+            }
+            _ = tick.tick() => {
+                let now = view::Reading::parse(&handle.render(), made.load(Ordering::Relaxed));
+                verdict.refresh().await;
+                screen.show(&view::render(started.elapsed(), &now, &previous.0, previous.1.elapsed(), verdict.row.as_ref().and_then(|r| r.finalized_until)));
+                previous = (now, Instant::now());
+            }
+        }
+    };
+    stop_stages(&stages_cancel, &mut stages).await;
+
+    let last = view::Reading::parse(&handle.render(), made.load(Ordering::Relaxed));
+    let compared = compare_silver(&sim, &silver_table).await?;
+    shutdown.cancel();
+    services.stop().await;
+
+    let seconds = started.elapsed().as_secs_f64();
+    println!();
+    println!("summary after {seconds:.0} s ({} s to catch up):", catch_up.elapsed().as_secs());
+    println!("  workload  {} changes in {} transactions ({:.0} changes/s)", report.changes, report.transactions, report.changes_per_second());
+    println!("  source    {} rows in {} batches", view::thousands(last.source_rows), view::thousands(last.source_batches));
+    println!("  bronze    {} rows in {} batches", view::thousands(last.bronze_rows), view::thousands(last.bronze_batches));
+    println!("  silver    {} changes applied from {} batches", view::thousands(last.silver_changes), view::thousands(last.silver_batches));
+    if let Some(row) = &verdict.row {
+        println!(
+            "  verdict   finalized_until {} (end commit {}, LSN {})",
+            row.finalized_until.map_or("none".to_owned(), |t| t.to_rfc3339()),
+            row.end_commit_ts.map_or("none".to_owned(), |t| t.to_rfc3339()),
+            row.end_lsn.as_deref().unwrap_or("none")
+        );
+    }
+    if !caught_up {
+        println!("silver did not reach LSN {target} within {} s", args.catch_up_timeout);
+    }
+    if compared.equal() {
+        println!(
+            "check: silver equals dbo.orders: {} rows, {} columns compared",
+            compared.source_rows, compared.columns
+        );
+        println!("tables: ./{DATA_DIR}/lake/ (bronze/orders, silver/orders, ops/facts, ops/finalization)");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "check: silver DIFFERS from dbo.orders: {} rows differ ({} missing from silver, {} extra, {} with other values); {} rows in dbo.orders, {} in silver{}",
+            compared.missing + compared.extra + compared.differing,
+            compared.missing,
+            compared.extra,
+            compared.differing,
+            compared.source_rows,
+            compared.silver_rows,
+            if compared.missing_columns.is_empty() { String::new() } else { format!("; columns missing from silver: {}", compared.missing_columns.join(", ")) }
+        );
+        for example in &compared.examples {
+            println!("  {example}");
+        }
+        Ok(ExitCode::from(EXIT_DIFFERENT))
+    }
+}
+
+/// Cancels the stages and waits for them (10 s at most), reporting errors.
+async fn stop_stages(cancel: &CancellationToken, stages: &mut tokio::task::JoinSet<Result<(), mssql_cdc::stage::StageError>>) {
+    cancel.cancel();
+    let waited = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(joined) = stages.join_next().await {
+            if let Ok(Err(error)) = joined {
+                eprintln!("a stage stopped with an error: {error}");
+            }
+        }
+    })
+    .await;
+    if waited.is_err() {
+        stages.abort_all();
+    }
+}
+
+/// Clears `dir` when it is a previous demo's (the simulator and broker start empty, so old
+/// tables would not match them); refuses a directory that is not the demo's.
+fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        anyhow::ensure!(
+            dir.join(MARKER).exists() || std::fs::read_dir(dir)?.next().is_none(),
+            "./{} exists and is not a previous demo's (no {MARKER} file): move it away or run the demo elsewhere",
+            dir.display()
+        );
+        std::fs::remove_dir_all(dir).with_context(|| format!("clearing ./{}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating ./{}", dir.display()))?;
+    std::fs::write(dir.join(MARKER), "tables of `mssql-cdc demo`; the next demo run deletes this directory\n")?;
+    Ok(())
+}
+
+/// `sys.fn_cdc_get_max_lsn()` of the simulator, after a capture pass.
+fn max_lsn(sim: &Simulator) -> Option<Lsn> {
+    sim.changes("dbo_orders");
+    let mut session = sim.session();
+    let outcome = sim.execute(&mut session, "SELECT sys.fn_cdc_get_max_lsn()", &[]);
+    outcome.outputs.into_iter().find_map(|output| match output {
+        Output::Rows(set) => match set.rows.first()?.first()? {
+            Value::Binary(bytes) => Lsn::from_bytes(bytes),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+/// Silver read back through DataFusion, compared with `SELECT * FROM dbo.orders`.
+async fn compare_silver(sim: &Simulator, silver_table: &str) -> anyhow::Result<check::Comparison> {
+    let mut session = sim.session();
+    let outcome = sim.execute(&mut session, "SELECT * FROM dbo.orders", &[]);
+    let source = outcome
+        .outputs
+        .into_iter()
+        .find_map(|o| if let Output::Rows(set) = o { Some(set) } else { None })
+        .context("SELECT * FROM dbo.orders returned no rows set")?;
+    let batches = match table::open(silver_table, &Default::default()).await? {
+        Some(table) => mssql_cdc::delta::query::query(&[("silver", &table)], "SELECT * FROM silver").await?,
+        None => Vec::new(),
+    };
+    check::compare(&source, &batches, "order_id").map_err(|e| anyhow::anyhow!(e))
+}
+
+/// Silver's control row, re-read on every tick.
+struct Verdict {
+    silver_url: Option<String>,
+    control_table: String,
+    row: Option<control::ControlRow>,
+}
+
+impl Verdict {
+    fn new(silver_table: &str, control_table: &str) -> Self {
+        Self { silver_url: table::table_url(silver_table).ok().map(|u| u.to_string()), control_table: control_table.to_owned(), row: None }
+    }
+
+    async fn refresh(&mut self) {
+        let Some(name) = &self.silver_url else { return };
+        if let Ok(Some(control)) = table::open(&self.control_table, &Default::default()).await {
+            if let Ok(Some(row)) = control::read_row(&control, name).await {
+                self.row = Some(row);
+            }
+        }
+    }
+
+    /// The LSN silver has applied through.
+    fn applied_through(&self) -> Option<Lsn> {
+        self.row.as_ref()?.end_lsn.as_deref().and_then(Lsn::parse_hex)
+    }
+}
+
+/// Draws the view in place on a terminal; elsewhere prints it every 10 s.
+struct Screen {
+    terminal: bool,
+    lines: usize,
+    last: Option<Instant>,
+}
+
+impl Screen {
+    fn new() -> Self {
+        Self { terminal: std::io::stdout().is_terminal(), lines: 0, last: None }
+    }
+
+    fn show(&mut self, text: &str) {
+        let mut out = std::io::stdout().lock();
+        if self.terminal {
+            if self.lines > 0 {
+                // Up over the previous view, then clear to the end of the screen.
+                let _ = write!(out, "\x1b[{}A\x1b[J", self.lines);
+            }
+            let _ = write!(out, "{text}");
+            self.lines = text.lines().count();
+        } else if self.last.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+            let _ = writeln!(out, "{text}");
+            self.last = Some(Instant::now());
+        }
+        let _ = out.flush();
+    }
+}
+
