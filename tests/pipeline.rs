@@ -30,7 +30,7 @@ use mssql_cdc::log::ControlRecord;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use support::pipeline::{bronze_file, sink_worker};
-use support::source::{controls, source_files, truth, wait_caught_up, Coordinates, SourceProcess};
+use support::source::{controls, query_rows, source_files, truth, wait_caught_up, Coordinates, SourceProcess};
 use support::{bin, run_python, unique, write_file, SimServer, TestBroker, SIM_PASSWORD};
 use tiberius::numeric::Numeric;
 
@@ -187,14 +187,7 @@ fn cents(amount: Numeric) -> i128 {
 
 /// The simulator's `dbo.orders` over TDS.
 async fn orders(sim: &SimServer) -> Vec<Order> {
-    let mut client = mssql_cdc::sim::client::connect(&sim.client_config()).await.expect("login");
-    let rows = client
-        .simple_query("SELECT order_id, customer_id, status, amount, currency, note, is_priority FROM dbo.orders")
-        .await
-        .unwrap()
-        .into_first_result()
-        .await
-        .unwrap();
+    let rows = query_rows(&sim.client_config(), "SELECT order_id, customer_id, status, amount, currency, note, is_priority FROM dbo.orders").await;
     rows.iter()
         .map(|r| {
             (

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
+use mssql_cdc::broker::BrokerStorage;
 use mssql_cdc::delta::table;
 use mssql_cdc::kafka::KafkaConfig;
 use mssql_cdc::sim::workload::{create_orders, Workload, WorkloadOptions};
@@ -49,6 +50,10 @@ pub struct ReportBench {
     /// Seconds of the steady phase.
     #[arg(long, default_value_t = 30)]
     steady_seconds: u64,
+    /// The embedded broker's storage: `memory` (closest to a Kafka cluster's throughput) or
+    /// `sqlite` (in the working directory; as the demo and the tests use it).
+    #[arg(long, default_value = "memory")]
+    broker_storage: String,
     /// Working directory (tables, broker storage, stage logs); cleared first.
     #[arg(long, default_value = "./bench-data/report")]
     dir: PathBuf,
@@ -79,7 +84,12 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     let sim = Simulator::new(SimConfig::default());
     let _jobs = sim.spawn_jobs(Duration::from_millis(100));
     create_orders(&mut LocalClient::new(&sim)).map_err(|e| anyhow::anyhow!("setup: {e}"))?;
-    let services = Services::start(dir.join("broker.db"), "mssql-cdc-bench", &sim).await?;
+    let storage = match args.broker_storage.as_str() {
+        "memory" => BrokerStorage::Memory,
+        "sqlite" => BrokerStorage::Sqlite(dir.join("broker.db")),
+        other => anyhow::bail!("--broker-storage: `{other}` (expected `sqlite` or `memory`)"),
+    };
+    let services = Services::start(storage, "mssql-cdc-bench", &sim).await?;
     let (sim_address, broker_address) = (services.sim_address, services.broker_address);
     let kafka = KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() };
     let files = Files::write(&dir, &broker_address.to_string(), sim_address)?;
@@ -248,11 +258,12 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     );
     println!();
     println!(
-        "steady workload: {} changes in {} transactions ({:.0} changes/s); backlog workload {} changes; machine: {} cores",
+        "steady workload: {} changes in {} transactions ({:.0} changes/s); backlog workload {} changes; broker storage {}; machine: {} cores",
         steady_report.changes,
         steady_report.transactions,
         steady_report.changes_per_second(),
         report.changes,
+        args.broker_storage,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     Ok(ExitCode::SUCCESS)

@@ -4,7 +4,6 @@
 //! broker would otherwise starve behind them and its clients' requests time out.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use mssql_cdc::broker::{self, BrokerOptions, BrokerStorage, RunningBroker};
 use mssql_cdc::sim::{tds, Simulator};
@@ -22,14 +21,13 @@ pub struct Services {
 }
 
 impl Services {
-    /// Starts the broker (SQLite storage at `storage`: the memory engine's high watermarks
-    /// can trail the records a consumer reads) and serves `sim`, both on free local ports.
-    pub async fn start(storage: PathBuf, cluster_id: &str, sim: &Simulator) -> anyhow::Result<Self> {
+    /// Starts the broker with `storage` and serves `sim`, both on free local ports.
+    pub async fn start(storage: BrokerStorage, cluster_id: &str, sim: &Simulator) -> anyhow::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("services").enable_all().build()?;
         let options = BrokerOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertised_host: None,
-            storage: BrokerStorage::Sqlite(storage),
+            storage,
             tls_cert: None,
             tls_key: None,
             cluster_id: cluster_id.to_owned(),

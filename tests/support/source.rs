@@ -197,16 +197,16 @@ pub fn controls(bootstrap: &str, data_topic: &str) -> Vec<ControlRecord> {
 /// A change's coordinates: (start_lsn, seqval, operation), LSNs as `0x…` text.
 pub type Coordinates = (String, String, i64);
 
+/// The rows of one query over TDS (panics on any error, naming the query).
+pub async fn query_rows(sim: &ClientConfig, sql: &str) -> Vec<tiberius::Row> {
+    let mut client = connect(sim).await.expect("login");
+    let stream = client.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    stream.into_first_result().await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
 /// The change table as SQL Server holds it, over TDS.
 pub async fn truth(sim: &ClientConfig) -> Vec<Coordinates> {
-    let mut client = connect(sim).await.expect("login");
-    let rows = client
-        .query("SELECT __$start_lsn, __$seqval, __$operation FROM cdc.dbo_orders_CT ORDER BY __$start_lsn, __$seqval, __$operation", &[])
-        .await
-        .unwrap()
-        .into_first_result()
-        .await
-        .unwrap();
+    let rows = query_rows(sim, "SELECT __$start_lsn, __$seqval, __$operation FROM cdc.dbo_orders_CT ORDER BY __$start_lsn, __$seqval, __$operation").await;
     rows.iter()
         .map(|r| (hex(r.get::<&[u8], _>(0).unwrap()), hex(r.get::<&[u8], _>(1).unwrap()), i64::from(r.get::<i32, _>(2).unwrap())))
         .collect()

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use mssql_cdc::broker::BrokerStorage;
 use mssql_cdc::config::load::Document;
 use mssql_cdc::config::secret::{Secret, SecretString};
 use mssql_cdc::config::{ConnectorConfig, WorkerConfig};
@@ -82,7 +83,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let sim = Simulator::new(SimConfig { logins: vec![("sa".to_owned(), password.clone())], ..SimConfig::default() });
     let _jobs = sim.spawn_jobs(Duration::from_millis(100));
     create_orders(&mut LocalClient::new(&sim)).map_err(|error| anyhow::anyhow!("creating dbo.orders: {error}"))?;
-    let services = Services::start(Path::new(DATA_DIR).join("broker.db"), "mssql-cdc-demo", &sim).await?;
+    // SQLite storage: the broker's memory engine can report high watermarks behind the records
+    // a consumer reads, and the demo should show the storage a deployment would use.
+    let services = Services::start(BrokerStorage::Sqlite(Path::new(DATA_DIR).join("broker.db")), "mssql-cdc-demo", &sim).await?;
     let (sim_address, broker_address) = (services.sim_address, services.broker_address);
     println!("simulator (SQL Server over TDS) on {sim_address}; broker on {broker_address}; metrics on http://{metrics_address}/metrics");
     println!("stages from connectors/demo/ (source, bronze, silver); tables under ./{DATA_DIR}/lake/");
@@ -123,14 +126,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         workload.run(&mut LocalClient::new(&workload_sim))
     });
 
-    let started = Instant::now();
-    let mut screen = Screen::new();
+    let mut live = Live::new(handle, made.clone(), &silver_table, &control_table);
+    let started = live.started;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let deadline = args.duration.map(Duration::from_secs);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut previous = (view::Reading::default(), Instant::now());
-    let mut verdict = Verdict::new(&silver_table, &control_table);
     let reason = loop {
         tokio::select! {
             _ = terminate.recv() => break "SIGTERM",
@@ -146,10 +147,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 anyhow::bail!("{error}");
             }
             _ = tick.tick() => {
-                let now = view::Reading::parse(&handle.render(), made.load(Ordering::Relaxed));
-                verdict.refresh().await;
-                screen.show(&view::render(started.elapsed(), &now, &previous.0, previous.1.elapsed(), verdict.row.as_ref().and_then(|r| r.finalized_until)));
-                previous = (now, Instant::now());
+                live.update().await;
                 if deadline.is_some_and(|d| started.elapsed() >= d) {
                     break "--duration reached";
                 }
@@ -163,7 +161,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("\n{reason}: workload stopped after {} changes in {} transactions; waiting for silver to reach LSN {target}", report.changes, report.transactions);
     let catch_up = Instant::now();
     let caught_up = loop {
-        if verdict.applied_through().is_some_and(|end| end >= target) {
+        if live.verdict.applied_through().is_some_and(|end| end >= target) {
             break true;
         }
         if catch_up.elapsed() > Duration::from_secs(args.catch_up_timeout) {
@@ -176,17 +174,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
                     anyhow::bail!("{error}");
                 }
             }
-            _ = tick.tick() => {
-                let now = view::Reading::parse(&handle.render(), made.load(Ordering::Relaxed));
-                verdict.refresh().await;
-                screen.show(&view::render(started.elapsed(), &now, &previous.0, previous.1.elapsed(), verdict.row.as_ref().and_then(|r| r.finalized_until)));
-                previous = (now, Instant::now());
-            }
+            _ = tick.tick() => live.update().await,
         }
     };
     stop_stages(&stages_cancel, &mut stages).await;
 
-    let last = view::Reading::parse(&handle.render(), made.load(Ordering::Relaxed));
+    let last = live.reading();
     let compared = compare_silver(&sim, &silver_table).await?;
     shutdown.cancel();
     services.stop().await;
@@ -198,7 +191,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("  source    {} rows in {} batches", view::thousands(last.source_rows), view::thousands(last.source_batches));
     println!("  bronze    {} rows in {} batches", view::thousands(last.bronze_rows), view::thousands(last.bronze_batches));
     println!("  silver    {} changes applied from {} batches", view::thousands(last.silver_changes), view::thousands(last.silver_batches));
-    if let Some(row) = &verdict.row {
+    if let Some(row) = &live.verdict.row {
         println!(
             "  verdict   finalized_until {} (end commit {}, LSN {})",
             row.finalized_until.map_or("none".to_owned(), |t| t.to_rfc3339()),
@@ -294,6 +287,36 @@ async fn compare_silver(sim: &Simulator, silver_table: &str) -> anyhow::Result<c
         None => Vec::new(),
     };
     check::compare(&source, &batches, "order_id").map_err(|e| anyhow::anyhow!(e))
+}
+
+/// The live view's state: the metrics, the workload's count, the verdict and the screen.
+struct Live {
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+    made: Arc<AtomicU64>,
+    verdict: Verdict,
+    screen: Screen,
+    started: Instant,
+    previous: (view::Reading, Instant),
+}
+
+impl Live {
+    fn new(handle: metrics_exporter_prometheus::PrometheusHandle, made: Arc<AtomicU64>, silver_table: &str, control_table: &str) -> Self {
+        let now = Instant::now();
+        Self { handle, made, verdict: Verdict::new(silver_table, control_table), screen: Screen::new(), started: now, previous: (view::Reading::default(), now) }
+    }
+
+    fn reading(&self) -> view::Reading {
+        view::Reading::parse(&self.handle.render(), self.made.load(Ordering::Relaxed))
+    }
+
+    /// Reads the metrics and the verdict, and redraws.
+    async fn update(&mut self) {
+        let now = self.reading();
+        self.verdict.refresh().await;
+        let verdict = self.verdict.row.as_ref().and_then(|r| r.finalized_until);
+        self.screen.show(&view::render(self.started.elapsed(), &now, &self.previous.0, self.previous.1.elapsed(), verdict));
+        self.previous = (now, Instant::now());
+    }
 }
 
 /// Silver's control row, re-read on every tick.

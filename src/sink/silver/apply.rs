@@ -86,6 +86,8 @@ pub struct Applier {
     facts: DeltaTable,
     control: DeltaTable,
     silver: Option<DeltaTable>,
+    /// Bronze as last read (opened on the first apply, then brought up to date).
+    bronze: Option<DeltaTable>,
     /// Last batch whose rows are in silver (silver's txn version), -1: none.
     silver_batch: i64,
     /// The control row as last written.
@@ -130,6 +132,7 @@ impl Applier {
             facts,
             control,
             silver,
+            bronze: None,
             silver_batch,
             row,
             max_batches: options.max_batches_per_apply as i64,
@@ -224,13 +227,25 @@ impl Applier {
 
     /// Folds the bronze rows of batches `(from, to]` and merges them into silver.
     async fn apply_rows(&mut self, from: i64, to: i64, report: &mut StepReport) -> Result<(), SilverError> {
-        let bronze = delta::open(&self.bronze_location, &self.storage).await?.ok_or_else(|| SilverError::NoBronze { bronze: self.bronze_location.clone(), batch: to })?;
+        let bronze = match self.bronze.take() {
+            Some(mut table) => {
+                table.update_state().await.map_err(|e| SilverError::delta(&table, e))?;
+                table
+            }
+            None => delta::open(&self.bronze_location, &self.storage).await?.ok_or_else(|| SilverError::NoBronze { bronze: self.bronze_location.clone(), batch: to })?,
+        };
+        // The key comes from the configuration or, once, from bronze's commit metadata.
         let keys = match &self.keys {
             Some(keys) => keys.clone(),
-            None => bronze_keys(&bronze).await?,
+            None => {
+                let keys = bronze_keys(&bronze).await?;
+                self.keys = Some(keys.clone());
+                keys
+            }
         };
         let sql = format!("SELECT * FROM bronze WHERE {b} > {from} AND {b} <= {to}", b = ident(BATCH_ID));
         let rows: Vec<RecordBatch> = query(&[("bronze", &bronze)], &sql).await?.iter().map(without_field_metadata).collect();
+        self.bronze = Some(bronze);
         let (folded, counts) = fold(&rows, &keys).map_err(|e| SilverError::Fold(e.to_string()))?;
         report.fold = counts;
         let properties = CommitProperties::default().with_application_transaction(Transaction::new(&self.app_id, to)).with_metadata([
