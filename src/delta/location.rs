@@ -19,6 +19,17 @@ pub fn is_valid_table_location(location: &str) -> bool {
     }
 }
 
+/// `location` in a comparable form, without I/O: a URL as written, a local path made absolute
+/// as a `file://` URL; no trailing slash. Two locations name the same table when these agree.
+pub fn normalized(location: &str) -> String {
+    let url = if location.contains("://") {
+        location.to_owned()
+    } else {
+        std::path::absolute(location).ok().and_then(|p| url::Url::from_directory_path(p).ok()).map_or_else(|| location.to_owned(), |u| u.to_string())
+    };
+    url.trim_end_matches('/').to_owned()
+}
+
 /// Checks an optional table location option: missing (when required) or malformed.
 pub fn check_location(problems: &mut Problems, key: &str, location: Option<&str>, required: bool) {
     match location {
@@ -39,5 +50,16 @@ mod tests {
         assert!(!is_valid_table_location(""));
         assert!(!is_valid_table_location("ftp://x/y"));
         assert!(!is_valid_table_location("s3://"));
+    }
+
+    /// A relative path, its absolute form and its `file://` URL name one table.
+    #[test]
+    fn locations_normalize_to_one_form() {
+        let absolute = std::path::absolute("data/bronze").unwrap();
+        let url = url::Url::from_directory_path(&absolute).unwrap().to_string();
+        assert_eq!(normalized("data/bronze"), normalized(absolute.to_str().unwrap()));
+        assert_eq!(normalized("data/bronze/"), normalized(&url));
+        assert_eq!(normalized("s3://lake/t/"), "s3://lake/t");
+        assert_ne!(normalized("s3://lake/t"), normalized("s3://lake/u"));
     }
 }

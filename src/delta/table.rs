@@ -104,24 +104,39 @@ pub async fn append(
     version: i64,
     metadata: impl IntoIterator<Item = (String, serde_json::Value)>,
 ) -> Result<DeltaTable, DeltaError> {
-    let location = table.table_url().to_string();
     let metadata: Vec<(String, serde_json::Value)> = metadata.into_iter().collect();
+    // A conflict here means another writer changed the table's metadata (a schema merge, say)
+    // since this writer's snapshot; appends do not conflict with that, so a retry succeeds.
+    commit_with_retries(table, app_id, version, APPEND_ATTEMPTS, std::time::Duration::ZERO, |table| {
+        let properties = CommitProperties::default().with_application_transaction(Transaction::new(app_id, version)).with_metadata(metadata.clone());
+        let batches = batches.clone();
+        async move { table.write(batches).with_save_mode(SaveMode::Append).with_schema_mode(SchemaMode::Merge).with_commit_properties(properties).await }
+    })
+    .await
+}
+
+/// Runs `commit` (a write carrying `txn(app_id, version)`) and retries it, up to `attempts`
+/// in all, when another writer won the commit race. Before each retry the table is read again,
+/// and if `version` is recorded by then (an earlier attempt did land) nothing is written twice;
+/// retry `n` waits `backoff * n` first. Any other error is returned at once.
+pub async fn commit_with_retries<F, Fut>(table: DeltaTable, app_id: &str, version: i64, attempts: u32, backoff: std::time::Duration, mut commit: F) -> Result<DeltaTable, DeltaError>
+where
+    F: FnMut(DeltaTable) -> Fut,
+    Fut: std::future::Future<Output = Result<DeltaTable, DeltaTableError>>,
+{
+    let location = table.table_url().to_string();
     let mut table = table;
     let mut attempt = 1;
     loop {
-        let properties = CommitProperties::default().with_application_transaction(Transaction::new(app_id, version)).with_metadata(metadata.clone());
-        let written = table.clone().write(batches.clone()).with_save_mode(SaveMode::Append).with_schema_mode(SchemaMode::Merge).with_commit_properties(properties).await;
-        match written {
+        match commit(table.clone()).await {
             Ok(table) => return Ok(table),
-            // Another writer changed the table's metadata (a schema merge, say) since this
-            // writer's snapshot: appends do not conflict with that, so read the table again
-            // and write once more, unless the commit is there after all.
-            Err(conflict) if attempt < APPEND_ATTEMPTS && is_conflict(&conflict) => {
-                tracing::debug!(table = %location, app_id, version, error = %conflict, "append conflicted; reloading the table");
+            Err(conflict) if attempt < attempts && is_conflict(&conflict) => {
+                tracing::debug!(table = %location, app_id, version, attempt, error = %conflict, "commit conflicted; reloading the table");
                 table.update_state().await.map_err(|e| error(&location, e))?;
                 if txn_version(&table, app_id).await?.is_some_and(|v| v >= version) {
                     return Ok(table);
                 }
+                tokio::time::sleep(backoff * attempt).await;
                 attempt += 1;
             }
             Err(e) => return Err(error(&location, e)),

@@ -362,15 +362,7 @@ fn crash_point(batch_id: i64) {
 /// Whether two table locations name the same table: URLs compared without a trailing `/`,
 /// local paths made absolute first (no I/O).
 fn same_table(a: &str, b: &str) -> bool {
-    let norm = |s: &str| -> String {
-        let url = if s.contains("://") {
-            s.to_owned()
-        } else {
-            std::path::absolute(s).ok().and_then(|p| url::Url::from_directory_path(p).ok()).map_or_else(|| s.to_owned(), |u| u.to_string())
-        };
-        url.trim_end_matches('/').to_owned()
-    };
-    norm(a) == norm(b)
+    crate::delta::location::normalized(a) == crate::delta::location::normalized(b)
 }
 
 /// The key columns the bronze sink recorded in its last commit's metadata.

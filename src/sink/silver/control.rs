@@ -174,38 +174,26 @@ pub async fn read_row(control: &DeltaTable, table_name: &str) -> Result<Option<C
 /// Writes `row` (insert or replace by `table_name`) in one commit with `txn(app_id, version)`.
 pub async fn write_row(control: DeltaTable, row: &ControlRow, app_id: &str, version: i64) -> Result<DeltaTable, DeltaError> {
     let location = control.table_url().to_string();
-    let fail = |e: &dyn std::fmt::Display| DeltaError { location: location.clone(), message: e.to_string() };
-    let mut control = control;
-    for attempt in 1..=CONTROL_ATTEMPTS {
-        let source = SessionContext::new().read_batch(row.to_batch()).map_err(|e| fail(&e))?;
+    let source = SessionContext::new().read_batch(row.to_batch()).map_err(|e| DeltaError { location: location.clone(), message: e.to_string() })?;
+    let columns: Vec<String> = control_schema().fields().iter().map(|f| f.name().clone()).collect();
+    // A conflict here means another silver table's row was written at the same time (MERGE
+    // rewrites the file holding both rows): read again and retry, with a growing pause.
+    table::commit_with_retries(control, app_id, version, CONTROL_ATTEMPTS, std::time::Duration::from_millis(50), |control| {
+        let (source, columns) = (source.clone(), columns.clone());
         let properties = CommitProperties::default().with_application_transaction(Transaction::new(app_id, version));
-        let columns: Vec<String> = control_schema().fields().iter().map(|f| f.name().clone()).collect();
-        let merged = control
-            .clone()
-            .merge(source, "target.table_name = source.table_name")
-            .with_source_alias("source")
-            .with_target_alias("target")
-            .with_commit_properties(properties)
-            .when_matched_update(|update| columns.iter().fold(update, |u, c| u.update(c.as_str(), format!("source.{c}"))))
-            .and_then(|b| b.when_not_matched_insert(|insert| columns.iter().fold(insert, |i, c| i.set(c.as_str(), format!("source.{c}")))))
-            .map_err(|e| fail(&e))?
-            .await;
-        match merged {
-            Ok((table, _)) => return Ok(table),
-            // Another silver table's row was written at the same time (MERGE rewrites the
-            // file holding both rows): read again and retry.
-            Err(e) if attempt < CONTROL_ATTEMPTS && table::is_conflict(&e) => {
-                tracing::debug!(table = %location, error = %e, attempt, "control write conflicted; retrying");
-                control.update_state().await.map_err(|e| fail(&e))?;
-                if table::txn_version(&control, app_id).await?.is_some_and(|v| v >= version) {
-                    return Ok(control);
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(50 * attempt as u64)).await;
-            }
-            Err(e) => return Err(fail(&e)),
+        async move {
+            let (table, _) = control
+                .merge(source, "target.table_name = source.table_name")
+                .with_source_alias("source")
+                .with_target_alias("target")
+                .with_commit_properties(properties)
+                .when_matched_update(|update| columns.iter().fold(update, |u, c| u.update(c.as_str(), format!("source.{c}"))))?
+                .when_not_matched_insert(|insert| columns.iter().fold(insert, |i, c| i.set(c.as_str(), format!("source.{c}"))))?
+                .await?;
+            Ok(table)
         }
-    }
-    unreachable!("the last attempt returns")
+    })
+    .await
 }
 
 /// Attempts at a control write before a conflict is an error.
