@@ -29,9 +29,9 @@ use chrono::{DateTime, Utc};
 use mssql_cdc::log::ControlRecord;
 use rand::seq::SliceRandom;
 use rand::Rng;
-use support::pipeline::{bronze_file, sink_worker};
+use support::pipeline::{bronze_file, silver_file, sink_worker};
 use support::source::{controls, query_rows, source_files, truth, wait_caught_up, Coordinates, SourceProcess};
-use support::{bin, run_python, unique, write_file, SimServer, TestBroker, SIM_PASSWORD};
+use support::{bin, run_python, unique, SimServer, TestBroker, SIM_PASSWORD};
 use tiberius::numeric::Numeric;
 
 /// The bronze sink's `app_id` (its facts rows carry it).
@@ -378,21 +378,6 @@ impl Drop for WorkloadProcess {
     }
 }
 
-/// The silver connector file: `dir/orders-bronze` into `dir/silver`.
-fn silver_file(dir: &Path) -> PathBuf {
-    write_file(
-        dir,
-        "silver.toml",
-        &format!(
-            "name = \"orders-silver\"\nkind = \"delta-silver\"\nbronze = \"{}\"\ntarget = \"{}\"\napp_id = \"orders-silver-v1\"\ncontrol_table = \"{}\"\nfacts_table = \"{}\"\ngranularity = \"minute\"\nmax_batches_per_apply = 20\npoll_interval_ms = 200\n",
-            dir.join("orders-bronze").display(),
-            dir.join("silver").display(),
-            dir.join("control").display(),
-            dir.join("facts").display()
-        ),
-    )
-}
-
 /// The simulator, the broker and the three stages, with `dbo.orders` set up and CDC on.
 struct Pipeline {
     // Declared first so the stage processes go before the broker and the simulator.
@@ -426,7 +411,7 @@ impl Pipeline {
         }
         let sinks = sink_worker(dir.path(), &broker);
         let bronze = Stage::spawn("bronze", sinks.clone(), bronze_file(dir.path(), "orders", &topic, BRONZE_APP, ""));
-        let silver = Stage::spawn("silver", sinks, silver_file(dir.path()));
+        let silver = Stage::spawn("silver", sinks, silver_file(dir.path(), 20));
         Self { stages: vec![source, bronze, silver], broker, sim, topic, dir }
     }
 

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use rand::Rng;
-use support::pipeline::{bronze_file, feed, setup_and_load, sink_worker};
+use support::pipeline::{bronze_file, feed, setup_and_load, silver_file, sink_worker};
 use support::source::{controls, wait_caught_up, SourceProcess};
-use support::{run_python, write_file, SimServer, TestBroker};
+use support::{run_python, SimServer, TestBroker};
 
 /// Silver's rows (order_id, customer_id, status) and the control row, as JSON.
 const READ: &str = r#"
@@ -69,20 +69,6 @@ async fn orders(sim: &SimServer) -> Vec<(i64, i64, String)> {
     rows
 }
 
-fn silver_file(dir: &Path) -> std::path::PathBuf {
-    write_file(
-        dir,
-        "silver.toml",
-        &format!(
-            "name = \"orders-silver\"\nkind = \"delta-silver\"\nbronze = \"{}\"\ntarget = \"{}\"\napp_id = \"orders-silver-v1\"\ncontrol_table = \"{}\"\nfacts_table = \"{}\"\ngranularity = \"minute\"\nmax_batches_per_apply = 4\npoll_interval_ms = 200\n",
-            dir.join("orders-bronze").display(),
-            dir.join("silver").display(),
-            dir.join("control").display(),
-            dir.join("facts").display()
-        ),
-    )
-}
-
 /// Invariants 3, 4 and 5 for silver: under SIGKILLs at random points (while bronze is still
 /// being written) and an abort between the silver commit and the control commit, silver ends
 /// equal to the simulator's table; after every restart `finalized_until` has not decreased
@@ -97,7 +83,7 @@ async fn silver_equals_the_source_table_under_kills() {
     let mut source = SourceProcess::spawn(&dir.path().join("worker.toml"), &dir.path().join("source.toml"));
     let worker = sink_worker(dir.path(), &broker);
     let bronze = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "orders", &topic, "orders-bronze-v1", ""));
-    let connector = silver_file(dir.path());
+    let connector = silver_file(dir.path(), 4);
 
     // A deterministic crash between a silver commit and its control commit.
     let mut crashing = SourceProcess::spawn_with_env(&worker, &connector, &[("MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_COMMIT", "5")]);

@@ -59,6 +59,22 @@ pub fn bronze_file(dir: &Path, name: &str, topic: &str, app_id: &str, extra: &st
     )
 }
 
+/// A silver connector file over `bronze_file(dir, "orders", ..)`'s tables, with its control
+/// table in `dir/control` and silver in `dir/silver`.
+pub fn silver_file(dir: &Path, max_batches_per_apply: u64) -> std::path::PathBuf {
+    write_file(
+        dir,
+        "silver.toml",
+        &format!(
+            "name = \"orders-silver\"\nkind = \"delta-silver\"\nbronze = \"{}\"\ntarget = \"{}\"\napp_id = \"orders-silver-v1\"\ncontrol_table = \"{}\"\nfacts_table = \"{}\"\ngranularity = \"minute\"\nmax_batches_per_apply = {max_batches_per_apply}\npoll_interval_ms = 200\n",
+            dir.join("orders-bronze").display(),
+            dir.join("silver").display(),
+            dir.join("control").display(),
+            dir.join("facts").display()
+        ),
+    )
+}
+
 /// A feed published by the real source: returns (data topic, control records).
 pub async fn feed(broker: &TestBroker, sim: &SimServer, dir: &Path, changes: u64) -> (String, Vec<ControlRecord>) {
     setup_and_load(sim, changes, 1);
