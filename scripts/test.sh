@@ -3,6 +3,7 @@
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh --test broker   # extra arguments go to `cargo test`
+#   scripts/test.sh -p mssql-cdc-sim  # one crate's tests
 #
 # Caches live outside the clone, under ${MSSQL_CDC_CACHE:-~/.cache/mssql-cdc}: the cargo
 # target directory (one profile, `release`, shared by tests, benchmarks and the binary) and
@@ -45,5 +46,7 @@ export MSSQL_CDC_PYTHON="$venv/bin/python"
 # --- Rust: one build of the release profile serves the tests and the binary. ---------------
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
 cargo --version
-cargo build --release --locked --all-targets
-cargo test --release --locked "$@"
+# The whole workspace, with the crash tests' fault points (never in a shipped build).
+features=(--workspace --features mssql-cdc/fault-injection)
+cargo build --release --locked --all-targets "${features[@]}"
+cargo test --release --locked "${features[@]}" "$@"

@@ -9,27 +9,26 @@
 //! the `finalized_until` verdict). Kafka decouples the read rate from each sink's write rate,
 //! so several consumers share one CDC feed.
 //!
-//! ## Layout
+//! ## The workspace
 //!
-//! | module | role |
+//! The crates are the architecture (`docs/adr/0006-workspace-of-crates.md`):
+//!
+//! | crate | role |
 //! |---|---|
-//! | [`config`] | worker and connector files, secrets, layered loading, problems with key paths |
-//! | [`stage`] | the [`stage::ConnectorKind`] trait and the registry of kinds |
-//! | [`source`] | source connectors (`mssql-source`) |
-//! | [`sink`] | sink connectors (`delta-bronze`, `delta-silver`) |
-//! | [`sim`] | the SQL Server simulator: T-SQL over tables, a log with LSNs, CDC and its jobs |
-//! | [`log`] | the Kafka log contract: topic names, record formats |
-//! | [`kafka`] | cluster settings and librdkafka client configuration |
-//! | [`delta`] | Delta Lake plumbing shared by the sinks |
-//! | `broker` | the embedded tansu Kafka-protocol broker (`mssql-cdc broker`; feature `embedded-broker`, on by default) |
-//! | [`telemetry`] | metrics (names in one place), `/metrics` and `/health`, logs |
+//! | `mssql-cdc-types` | LSNs and SQL Server time zones, shared by the simulator and the pipeline |
+//! | `mssql-cdc-sim` | the SQL Server simulator: T-SQL over tables, a log with LSNs, CDC and its jobs, TDS |
+//! | `mssql-cdc-core` | configuration, the stage contract, the Kafka log contract, Kafka plumbing, telemetry |
+//! | `mssql-cdc-source` | the `mssql-source` stage: SQL Server CDC → Kafka |
+//! | `mssql-cdc-lake` | Delta plumbing, the facts table, the `delta-bronze` and `delta-silver` stages |
+//! | `mssql-cdc` (this one) | the registry of connector kinds ([`connectors`]), the embedded broker, and the binary's commands |
 //!
 //! ## Example
 //!
 //! Load and validate a connector file; every problem comes back with its key path:
 //!
 //! ```
-//! use mssql_cdc::config::{ConnectorConfig, Document};
+//! use mssql_cdc::connectors::ConnectorConfig;
+//! use mssql_cdc_core::config::Document;
 //!
 //! let text = r#"
 //!     name = "orders-bronze"
@@ -47,14 +46,4 @@
 
 #[cfg(feature = "embedded-broker")]
 pub mod broker;
-pub mod config;
-pub mod delta;
-pub mod kafka;
-pub mod log;
-pub mod lsn;
-pub mod sim;
-pub mod sink;
-pub mod source;
-pub mod stage;
-pub mod telemetry;
-pub mod timezone;
+pub mod connectors;

@@ -7,7 +7,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use mssql_cdc::kafka::{KafkaConfig, SecurityProtocol};
+use mssql_cdc_core::kafka::{KafkaConfig, SecurityProtocol};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
@@ -55,7 +55,7 @@ async fn receive(consumer: &StreamConsumer, count: usize) -> Vec<(String, String
 /// Invariant: an idempotent producer's records all arrive, once each, in order per key.
 #[tokio::test]
 async fn idempotent_produce_round_trips_in_key_order() {
-    let broker = TestBroker::start();
+    let broker = TestBroker::start().unwrap();
     let kafka = broker.kafka();
     let topic = unique("roundtrip");
     create_topic(&kafka, &topic, 3).await;
@@ -85,7 +85,7 @@ fn assignment(consumer: &BaseConsumer) -> BTreeSet<i32> {
 /// leaves the other takes them all back.
 #[tokio::test]
 async fn consumer_group_rebalances_between_two_members() {
-    let broker = TestBroker::start();
+    let broker = TestBroker::start().unwrap();
     let kafka = broker.kafka();
     let topic = unique("group");
     create_topic(&kafka, &topic, 4).await;
@@ -134,7 +134,7 @@ async fn consumer_group_rebalances_between_two_members() {
 /// Invariant: a committed offset is where the group's next consumer starts.
 #[tokio::test]
 async fn committed_offsets_are_where_a_group_resumes() {
-    let broker = TestBroker::start();
+    let broker = TestBroker::start().unwrap();
     let kafka = broker.kafka();
     let topic = unique("commit");
     create_topic(&kafka, &topic, 1).await;
@@ -165,7 +165,7 @@ async fn committed_offsets_are_where_a_group_resumes() {
 /// Invariant: a consumer can seek to any offset and read from exactly there.
 #[tokio::test]
 async fn seek_reads_from_the_chosen_offset() {
-    let broker = TestBroker::start();
+    let broker = TestBroker::start().unwrap();
     let kafka = broker.kafka();
     let topic = unique("seek");
     create_topic(&kafka, &topic, 1).await;
@@ -186,21 +186,18 @@ async fn seek_reads_from_the_chosen_offset() {
 /// is read after it.
 #[tokio::test]
 async fn sqlite_storage_survives_a_broker_restart() {
-    let mut broker = TestBroker::spawn(BrokerSpec::default());
-    let dir = broker.keep_storage();
-    let sqlite = broker.sqlite.clone().unwrap();
+    let mut broker = TestBroker::spawn(BrokerSpec::default()).unwrap();
     let kafka = broker.kafka();
     let topic = unique("durable");
     create_topic(&kafka, &topic, 1).await;
     produce(&kafka, &topic, [("k".to_owned(), "before-restart".to_owned())]).await;
     broker.kill();
 
-    let restarted = TestBroker::spawn(BrokerSpec { sqlite: Some(sqlite), ..BrokerSpec::default() });
-    let consumer = consumer(&restarted.kafka(), &unique("after"));
+    broker.restart().unwrap();
+    let consumer = consumer(&broker.kafka(), &unique("after"));
     consumer.subscribe(&[&topic]).unwrap();
     let received = receive(&consumer, 1).await;
     assert_eq!(received[0].1, "before-restart");
-    drop(dir);
 }
 
 /// Invariant: a client using the worker's TLS settings reaches a broker serving a
@@ -215,7 +212,7 @@ async fn tls_listener_serves_clients_with_the_workers_security_settings() {
         tls: Some((cert.clone(), key)),
         advertised_host: Some("localhost".to_owned()),
         ..BrokerSpec::default()
-    });
+    }).unwrap();
 
     let mut kafka = broker.kafka();
     kafka.security_protocol = SecurityProtocol::Ssl;
@@ -240,7 +237,7 @@ async fn tls_listener_serves_clients_with_the_workers_security_settings() {
 /// `/metrics` in Prometheus text with the declared metric names.
 #[tokio::test]
 async fn broker_process_serves_health_and_metrics() {
-    let broker = TestBroker::spawn(BrokerSpec::default());
+    let broker = TestBroker::spawn(BrokerSpec::default()).unwrap();
     let address = broker.metrics.unwrap();
     let (status, body) = support::http_get(address, "/health");
     assert_eq!((status, body.trim()), (200, "{\"status\":\"ok\"}"));
@@ -255,7 +252,7 @@ async fn broker_process_serves_health_and_metrics() {
 /// checks) reads what librdkafka wrote through the broker.
 #[tokio::test]
 async fn python_confluent_kafka_reads_the_brokers_records() {
-    let broker = TestBroker::start();
+    let broker = TestBroker::start().unwrap();
     let kafka = broker.kafka();
     let topic = unique("python");
     create_topic(&kafka, &topic, 1).await;

@@ -9,12 +9,12 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mssql_cdc::log::control::PartitionRange;
+use mssql_cdc_core::log::control::PartitionRange;
 use rand::Rng;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use support::source::{controls, read_all, source_files, truth, wait_caught_up, Coordinates, SourceProcess};
+use support::source::{controls, read_all, source_files, truth, wait_caught_up, Coordinates};
 use support::pipeline::{bronze_file, feed, setup_and_load, sink_worker};
-use support::{run_python, unique, write_file, SimServer, TestBroker};
+use support::{run_python, spawn_stage, unique, write_file, SimServer, StageProcess, TestBroker};
 
 /// Counts bronze rows per change and facts rows per batch of one app_id, as JSON.
 const CHECK: &str = r#"
@@ -85,14 +85,14 @@ fn producer(bootstrap: &str) -> BaseProducer {
 }
 
 /// Waits until the facts table holds a row for `last_batch` of `app_id`.
-fn wait_for_batch(tables: &Tables, app_id: &str, last_batch: u64, process: &SourceProcess, timeout: Duration) -> Check {
+fn wait_for_batch(tables: &Tables, app_id: &str, last_batch: u64, process: &StageProcess, timeout: Duration) -> Check {
     let deadline = Instant::now() + timeout;
     loop {
         let found = check(tables, app_id);
         if found.errors.is_empty() && found.batches.last().is_some_and(|b| *b >= last_batch) {
             return found;
         }
-        assert!(Instant::now() < deadline, "sink did not reach batch {last_batch} ({:?}); stderr:\n{}", found.errors, process.stderr());
+        assert!(Instant::now() < deadline, "sink did not reach batch {last_batch} ({:?}); stderr:\n{}", found.errors, process.log());
         std::thread::sleep(Duration::from_millis(1000));
     }
 }
@@ -102,9 +102,10 @@ fn wait_for_batch(tables: &Tables, app_id: &str, last_batch: u64, process: &Sour
 /// twice; the sink is SIGKILLed at random points and aborted between a data commit and its
 /// facts commit. Bronze holds each change once and facts one row per batch.
 #[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "fault-injection"), ignore = "its fault point needs a build with --features fault-injection (scripts/test.sh)")]
 async fn exactly_once_under_duplicates_orphans_and_kills() {
-    let broker = TestBroker::start();
-    let sim = SimServer::start(&[]);
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (topic, records) = feed(&broker, &sim, dir.path(), 1500).await;
     // Damage the log: every 7th data record again (duplicates no control record names), and
@@ -121,16 +122,16 @@ async fn exactly_once_under_duplicates_orphans_and_kills() {
     let worker = sink_worker(dir.path(), &broker);
     let connector = bronze_file(dir.path(), "orders-bronze", &topic, "orders-bronze-v1", "");
     // A deterministic crash between a data commit and its facts commit.
-    let mut crashing = SourceProcess::spawn_with_env(&worker, &connector, &[("MSSQL_CDC_FAULT_ABORT_AFTER_DATA_COMMIT", "3")]);
-    let status = crashing.wait(Duration::from_secs(120)).expect("the sink aborts at the fault point");
+    let mut crashing = spawn_stage(&worker, &connector, &[("MSSQL_CDC_FAULT_ABORT_AFTER_DATA_COMMIT", "3")]);
+    let status = crashing.process().wait(Duration::from_secs(120)).expect("the sink aborts at the fault point");
     assert!(!status.success());
     let mut rng = rand::rng();
     for _ in 0..6 {
-        let mut sink = SourceProcess::spawn(&worker, &connector);
+        let mut sink = spawn_stage(&worker, &connector, &[]);
         std::thread::sleep(Duration::from_millis(rng.random_range(500..2500)));
         sink.kill();
     }
-    let sink = SourceProcess::spawn(&worker, &connector);
+    let sink = spawn_stage(&worker, &connector, &[]);
     let found = wait_for_batch(&Tables::local(dir.path(), "orders-bronze"), "orders-bronze-v1", last.batch_id, &sink, Duration::from_secs(180));
     drop(sink);
     let mut expected = truth(&sim.client_config()).await;
@@ -144,13 +145,13 @@ async fn exactly_once_under_duplicates_orphans_and_kills() {
 /// Two sinks with different app_ids on one feed build identical bronze tables.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_sinks_on_one_feed_build_identical_tables() {
-    let broker = TestBroker::start();
-    let sim = SimServer::start(&[]);
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (topic, records) = feed(&broker, &sim, dir.path(), 800).await;
     let worker = sink_worker(dir.path(), &broker);
-    let a = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "a", &topic, "lake-a", ""));
-    let b = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "b", &topic, "lake-b", ""));
+    let a = spawn_stage(&worker, &bronze_file(dir.path(), "a", &topic, "lake-a", ""), &[]);
+    let b = spawn_stage(&worker, &bronze_file(dir.path(), "b", &topic, "lake-b", ""), &[]);
     let last = records.last().unwrap().batch_id;
     let found_a = wait_for_batch(&Tables::local(dir.path(), "a"), "lake-a", last, &a, Duration::from_secs(120));
     let found_b = wait_for_batch(&Tables::local(dir.path(), "b"), "lake-b", last, &b, Duration::from_secs(120));
@@ -174,15 +175,15 @@ async fn two_sinks_on_one_feed_build_identical_tables() {
     // batch, id 0) is refused, never silently skipped.
     let prefix = unique("rewound");
     let (worker2, connector2) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "");
-    let mut source = SourceProcess::spawn(&worker2, &connector2);
+    let mut source = spawn_stage(&worker2, &connector2, &[]);
     let topic2 = format!("{prefix}.sales.dbo.orders");
     wait_caught_up(&broker.bootstrap, &topic2, &sim.client_config(), &source, Duration::from_secs(60)).await;
     source.stop();
     let reused = bronze_file(dir.path(), "a", &topic2, "lake-a", "");
-    let mut refused = SourceProcess::spawn(&worker, &reused);
-    let status = refused.wait(Duration::from_secs(60)).expect("the sink refuses a rewound feed");
+    let mut refused = spawn_stage(&worker, &reused, &[]);
+    let status = refused.process().wait(Duration::from_secs(60)).expect("the sink refuses a rewound feed");
     assert_eq!(status.code(), Some(1));
-    let stderr = refused.stderr();
+    let stderr = refused.log();
     assert!(stderr.contains(&format!("app_id `lake-a` already wrote batch {last}")) && stderr.contains("ends at batch 0"), "{stderr}");
 }
 
@@ -191,8 +192,8 @@ async fn two_sinks_on_one_feed_build_identical_tables() {
 /// headers and is counted in the batch's facts row (tolerance all).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_poison_record_stops_the_sink_or_is_dead_lettered() {
-    let broker = TestBroker::start();
-    let sim = SimServer::start(&[]);
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (topic, records) = feed(&broker, &sim, dir.path(), 200).await;
     let producer = producer(&broker.bootstrap);
@@ -214,15 +215,15 @@ async fn a_poison_record_stops_the_sink_or_is_dead_lettered() {
     producer.flush(Duration::from_secs(10)).unwrap();
 
     let worker = sink_worker(dir.path(), &broker);
-    let mut strict = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "strict", &topic, "strict", ""));
-    let status = strict.wait(Duration::from_secs(120)).expect("the sink stops on the poison record");
+    let mut strict = spawn_stage(&worker, &bronze_file(dir.path(), "strict", &topic, "strict", ""), &[]);
+    let status = strict.process().wait(Duration::from_secs(120)).expect("the sink stops on the poison record");
     assert_eq!(status.code(), Some(1));
-    let stderr = strict.stderr();
+    let stderr = strict.log();
     assert!(stderr.contains(&format!("record {topic}/0 offset {poison_offset} cannot be decoded")), "{stderr}");
 
     let dlq = format!("{topic}.dlq");
     let tolerant = bronze_file(dir.path(), "tolerant", &topic, "tolerant", &format!("[errors]\ntolerance = \"all\"\ndead_letter_topic = \"{dlq}\""));
-    let sink = SourceProcess::spawn(&worker, &tolerant);
+    let sink = spawn_stage(&worker, &tolerant, &[]);
     let found = wait_for_batch(&Tables::local(dir.path(), "tolerant"), "tolerant", poison_batch.batch_id, &sink, Duration::from_secs(120));
     assert_eq!(found.dead_lettered, 1, "the facts count the dead-lettered record");
     let dead = run_python(
@@ -248,21 +249,21 @@ for _ in range(30):
 /// same rows a JSON feed gives: every change once, exact types.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_avro_feed_lands_in_bronze_exactly_once() {
-    let broker = TestBroker::start();
+    let broker = TestBroker::start().unwrap();
     let registry = support::registry::TestRegistry::start().await;
-    let sim = SimServer::start(&[]);
+    let sim = SimServer::start(&[]).unwrap();
     setup_and_load(&sim, 400, 1);
     let dir = tempfile::tempdir().unwrap();
     let prefix = unique("avro-bronze");
     let topic = format!("{prefix}.sales.dbo.orders");
     let avro = format!("format = \"avro\"\nschema_registry = {{ url = \"{}\" }}", registry.url);
     let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, &format!("{avro}\nmax_commits_per_batch = 10"));
-    let mut source = SourceProcess::spawn(&worker, &connector);
+    let mut source = spawn_stage(&worker, &connector, &[]);
     wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(60)).await;
     source.stop();
     let last = controls(&broker.bootstrap, &topic).last().unwrap().batch_id;
     let sink_worker = sink_worker(dir.path(), &broker);
-    let sink = SourceProcess::spawn(&sink_worker, &bronze_file(dir.path(), "avro", &topic, "avro-lake", &avro));
+    let sink = spawn_stage(&sink_worker, &bronze_file(dir.path(), "avro", &topic, "avro-lake", &avro), &[]);
     let found = wait_for_batch(&Tables::local(dir.path(), "avro"), "avro-lake", last, &sink, Duration::from_secs(120));
     let mut expected = truth(&sim.client_config()).await;
     expected.sort();
@@ -276,9 +277,9 @@ async fn an_avro_feed_lands_in_bronze_exactly_once() {
 /// key never reaches the sink's logs.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_feed_lands_in_an_s3_table() {
-    let broker = TestBroker::start();
+    let broker = TestBroker::start().unwrap();
     let s3 = support::s3::S3Server::start("lake");
-    let sim = SimServer::start(&[]);
+    let sim = SimServer::start(&[]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (topic, records) = feed(&broker, &sim, dir.path(), 300).await;
     let worker = sink_worker(dir.path(), &broker);
@@ -298,7 +299,7 @@ async fn a_feed_lands_in_an_s3_table() {
             s3.storage_toml()
         ),
     );
-    let mut sink = SourceProcess::spawn(&worker, &connector);
+    let mut sink = spawn_stage(&worker, &connector, &[]);
     let last = records.last().unwrap().batch_id;
     let found = wait_for_batch(&tables, "s3-lake", last, &sink, Duration::from_secs(120));
     let mut expected = truth(&sim.client_config()).await;
@@ -306,7 +307,7 @@ async fn a_feed_lands_in_an_s3_table() {
     assert_eq!(found.changes, expected, "every change once in the S3 table");
     assert_eq!(found.batches, (0..=last).collect::<Vec<_>>(), "one facts row per batch");
     sink.stop();
-    assert!(!sink.stderr().contains("test-secret-value"), "the secret key stays out of the logs");
+    assert!(!sink.log().contains("test-secret-value"), "the secret key stays out of the logs");
 
     let mut optimize = std::process::Command::new(support::bin());
     optimize.args(["optimize", &tables.bronze]);
@@ -324,27 +325,27 @@ async fn a_feed_lands_in_an_s3_table() {
 /// or repeated.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_column_added_to_the_feed_is_added_to_bronze() {
-    let broker = TestBroker::start();
-    let sim = SimServer::start(&[]);
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     setup_and_load(&sim, 200, 1);
     let prefix = unique("evolve");
     let topic = format!("{prefix}.sales.dbo.orders");
     let narrow = "columns = [\"order_id\", \"customer_id\", \"status\", \"amount\"]\nmax_commits_per_batch = 10";
     let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, narrow);
-    let mut source = SourceProcess::spawn(&worker, &connector);
+    let mut source = spawn_stage(&worker, &connector, &[]);
     wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(60)).await;
     source.stop();
     let narrow_last = controls(&broker.bootstrap, &topic).last().unwrap().batch_id;
     let sink_worker = sink_worker(dir.path(), &broker);
     let tables = Tables::local(dir.path(), "evolve");
-    let sink = SourceProcess::spawn(&sink_worker, &bronze_file(dir.path(), "evolve", &topic, "evolve", ""));
+    let sink = spawn_stage(&sink_worker, &bronze_file(dir.path(), "evolve", &topic, "evolve", ""), &[]);
     wait_for_batch(&tables, "evolve", narrow_last, &sink, Duration::from_secs(120));
 
     // The source again, now with every column; more changes.
     setup_and_load(&sim, 200, 2);
     let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "max_commits_per_batch = 10");
-    let mut source = SourceProcess::spawn(&worker, &connector);
+    let mut source = spawn_stage(&worker, &connector, &[]);
     wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(60)).await;
     source.stop();
     let wide_last = controls(&broker.bootstrap, &topic).last().unwrap().batch_id;
@@ -354,7 +355,7 @@ async fn a_column_added_to_the_feed_is_added_to_bronze() {
     // Narrow again: the columns that left the feed stay in bronze, NULL in the new rows.
     setup_and_load(&sim, 200, 3);
     let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, narrow);
-    let mut source = SourceProcess::spawn(&worker, &connector);
+    let mut source = spawn_stage(&worker, &connector, &[]);
     wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(60)).await;
     source.stop();
     let last = controls(&broker.bootstrap, &topic).last().unwrap().batch_id;

@@ -13,25 +13,29 @@
 //! The chaos suite does the same while SIGKILLing random stages over and over. For a soak:
 //!
 //! ```text
-//! MSSQL_CDC_CHAOS_KILLS=200 MSSQL_CDC_CHAOS_CHANGES=60000 cargo test --release --test pipeline the_pipeline_survives
+//! MSSQL_CDC_CHAOS_KILLS=200 MSSQL_CDC_CHAOS_CHANGES=60000 scripts/test.sh --test pipeline the_pipeline_survives
 //! ```
+//!
+//! The resilience suite starts the stages together and in reverse order, restarts the broker
+//! and takes the object store away while everything runs, and exhausts a retry budget.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use mssql_cdc::log::ControlRecord;
+use mssql_cdc_core::log::ControlRecord;
+use mssql_cdc_testkit::metrics::sum;
+use mssql_cdc_testkit::sim::WorkloadProcess;
 use rand::seq::SliceRandom;
 use rand::Rng;
-use support::pipeline::{bronze_file, silver_file, sink_worker};
-use support::source::{controls, query_rows, source_files, truth, wait_caught_up, Coordinates, SourceProcess};
-use support::{bin, run_python, unique, SimServer, TestBroker, SIM_PASSWORD};
+use support::pipeline::{bronze_file_in, silver_file_in, sink_worker, Lake};
+use support::proxy::Proxy;
+use support::s3::S3Server;
+use support::source::{controls, query_rows, source_files, truth, wait_caught_up, Coordinates};
+use support::{run_python, spawn_stage, tail, unique, SimServer, StageProcess, TestBroker};
 use tiberius::numeric::Numeric;
 
 /// The bronze sink's `app_id` (its facts rows carry it).
@@ -54,9 +58,13 @@ const CATCH_UP: Duration = Duration::from_secs(180);
 /// control only, for polling) or `full` (everything). Prints one JSON object.
 const READ: &str = r#"
 import sys, json, decimal
-from deltalake import DeltaTable
-facts, bronze, control, silver, app_id, mode = sys.argv[1:7]
+from deltalake import DeltaTable as Table
+facts, bronze, control, silver, app_id, mode, storage = sys.argv[1:8]
+storage = json.loads(storage) or None
 out = {"errors": []}
+
+def DeltaTable(location):
+    return Table(location, storage_options=storage)
 
 def text(v):
     # LSNs as `0x` and upper-case hex, whether stored as text or as bytes.
@@ -136,11 +144,11 @@ struct Observed {
     rows: Option<Vec<Order>>,
 }
 
-/// Runs [`READ`] on the pipeline's tables in `dir`.
-fn observe(dir: &Path, full: bool) -> Observed {
-    let path = |name: &str| dir.join(name).display().to_string();
+/// Runs [`READ`] on the pipeline's tables in `lake`.
+fn observe(lake: &Lake, full: bool) -> Observed {
     let mode = if full { "full" } else { "progress" };
-    let output = run_python(READ, &[&path("facts"), &path("orders-bronze"), &path("control"), &path("silver"), BRONZE_APP, mode]);
+    let (facts, bronze, control, silver) = (lake.table("facts"), lake.table("orders-bronze"), lake.table("control"), lake.table("silver"));
+    let output = run_python(READ, &[&facts, &bronze, &control, &silver, BRONZE_APP, mode, &lake.storage_json()]);
     let value: serde_json::Value = serde_json::from_str(output.trim()).unwrap_or_else(|e| panic!("reader output is JSON ({e}): {output}"));
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_else(|| panic!("text expected: {v}")).to_owned();
     let int = |v: &serde_json::Value| v.as_i64().unwrap_or_else(|| panic!("an integer expected: {v}"));
@@ -268,191 +276,181 @@ fn check_equalities(found: &Observed, controls: &[ControlRecord], truth: &[Coord
     assert!(found.applied_batch >= last.batch_id as i64, "silver applied up to batch {} (at {})", last.batch_id, found.applied_batch);
 }
 
-/// The last `limit` bytes of `text` (on a character boundary).
-fn tail(text: &str, limit: usize) -> &str {
-    let mut start = text.len().saturating_sub(limit);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    &text[start..]
-}
-
-/// One `mssql-cdc run` process of the pipeline, respawnable from its files.
-struct Stage {
-    name: &'static str,
-    worker: PathBuf,
-    connector: PathBuf,
-    process: SourceProcess,
-    /// The stderr tails of earlier incarnations, for failure messages.
-    past: String,
-    /// SIGKILLs so far.
-    kills: u32,
-}
-
-impl Stage {
-    fn spawn(name: &'static str, worker: PathBuf, connector: PathBuf) -> Self {
-        let process = SourceProcess::spawn(&worker, &connector);
-        Self { name, worker, connector, process, past: String::new(), kills: 0 }
-    }
-
-    /// SIGKILLs the process, keeping the tail of what it logged.
-    fn kill(&mut self) {
-        self.process.kill();
-        self.kills += 1;
-        let logged = self.process.stderr();
-        self.past.push_str(&format!("[killed, run {}]\n{}\n", self.kills, tail(&logged, LOG_TAIL)));
-        let keep = tail(&self.past, LOG_TAIL).to_owned();
-        self.past = keep;
-    }
-
-    /// Starts it again from the same files.
-    fn respawn(&mut self) {
-        self.process = SourceProcess::spawn(&self.worker, &self.connector);
-    }
-
-    /// Panics if the process exited on its own (a stage must keep running).
-    fn assert_alive(&mut self) {
-        if let Some(status) = self.process.wait(Duration::from_millis(1)) {
-            panic!("the {} stage exited on its own ({status}):\n{}", self.name, self.logs());
+/// Asserts a stage's log is quiet for a healthy run: no ERROR line, and no WARN line
+/// repeated (a per-batch warning is what operators page on).
+fn assert_quiet(stage: &StageProcess) {
+    let log = stage.log();
+    let mut warnings: BTreeMap<String, usize> = BTreeMap::new();
+    for line in log.lines() {
+        // `<timestamp> <LEVEL> <target>: <message> <fields>`, maybe with ANSI colours.
+        let plain: String = strip_ansi(line);
+        let mut words = plain.split_whitespace();
+        let (Some(_time), Some(level)) = (words.next(), words.next()) else { continue };
+        assert_ne!(level, "ERROR", "the {} stage logged an ERROR in a healthy run:\n{line}\n{}", stage.name(), tail(&log, LOG_TAIL));
+        if level == "WARN" {
+            let message: String = words.take_while(|word| !word.contains('=')).collect::<Vec<_>>().join(" ");
+            *warnings.entry(message).or_default() += 1;
         }
     }
-
-    /// Its logs for a failure message.
-    fn logs(&self) -> String {
-        format!(
-            "===== {} (earlier runs, tail) =====\n{}\n===== {} (current run, tail) =====\n{}",
-            self.name,
-            self.past,
-            self.name,
-            tail(&self.process.stderr(), LOG_TAIL)
-        )
-    }
+    let repeated: Vec<_> = warnings.iter().filter(|(_, n)| **n > 2).collect();
+    assert!(repeated.is_empty(), "the {} stage repeated warnings in a healthy run: {repeated:?}\n{}", stage.name(), tail(&log, LOG_TAIL));
 }
 
-/// `mssql-cdc sim workload` against the served simulator, as a child process (killed on drop).
-struct WorkloadProcess {
-    child: Child,
-    log: PathBuf,
-}
-
-impl WorkloadProcess {
-    /// Starts it with `args` after `--server <addr>`; stdout and stderr go to `dir/<log>`.
-    fn spawn(sim: &SimServer, dir: &Path, log: &str, args: &[&str]) -> Self {
-        let log = dir.join(log);
-        let file = File::create(&log).expect("workload log file");
-        let child = Command::new(bin())
-            .args(["sim", "workload", "--server", &sim.address.to_string()])
-            .args(args)
-            .env("MSSQL_CDC_SIM_PASSWORD", SIM_PASSWORD)
-            .env("RUST_LOG", "warn")
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("spawn mssql-cdc sim workload");
-        Self { child, log }
-    }
-
-    /// What it printed.
-    fn output(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for it to exit successfully within `timeout`.
-    fn wait_success(&mut self, timeout: Duration, logs: impl Fn() -> String) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "the workload failed ({status}):\n{}\n{}", self.output(), logs());
-                return;
+/// `text` without ANSI colour sequences.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
             }
-            assert!(Instant::now() < deadline, "the workload did not finish within {timeout:?}:\n{}\n{}", self.output(), logs());
-            std::thread::sleep(Duration::from_millis(200));
+        } else {
+            out.push(c);
         }
     }
+    out
 }
 
-impl Drop for WorkloadProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// The order the stages start in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    /// The source, then (once its control topic exists) bronze and silver.
+    SourceFirst,
+    /// All three at once.
+    Together,
+    /// Silver, bronze, then the source: the sinks wait for what they follow.
+    Reversed,
+}
+
+/// How a [`Pipeline`] is set up.
+struct Setup {
+    start: Start,
+    /// Extra worker lines (a `[retry]` table).
+    worker_extra: &'static str,
+    /// An S3 server (through a proxy) for the tables, else a local directory.
+    s3: bool,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self { start: Start::SourceFirst, worker_extra: "", s3: false }
     }
 }
 
 /// The simulator, the broker and the three stages, with `dbo.orders` set up and CDC on.
 struct Pipeline {
     // Declared first so the stage processes go before the broker and the simulator.
-    stages: Vec<Stage>,
+    stages: Vec<StageProcess>,
     broker: TestBroker,
     sim: SimServer,
     topic: String,
+    lake: Lake,
+    /// The S3 server and the proxy in front of it, for the object-store outage.
+    s3: Option<(S3Server, Proxy)>,
+    /// Each stage's `/metrics`, scraped just before its clean stop.
+    scraped: String,
     dir: tempfile::TempDir,
 }
 
 impl Pipeline {
     /// Starts the simulator and the broker, creates `dbo.orders` with CDC (a workload process
-    /// with `--setup` and no changes), then starts the source, and once its control topic
-    /// exists the bronze sink and the silver stage.
-    fn start() -> Self {
-        let sim = SimServer::start(&[]);
-        let broker = TestBroker::start();
+    /// with `--setup` and no changes), then starts the stages in the order `setup` says.
+    fn start(setup: Setup) -> Self {
+        let sim = SimServer::start(&[]).unwrap();
+        let broker = TestBroker::start().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        WorkloadProcess::spawn(&sim, dir.path(), "setup.log", &["--setup", "--changes", "0", "--rate", "0"])
-            .wait_success(Duration::from_secs(60), String::new);
+        let mut init = WorkloadProcess::spawn(sim.address, &dir.path().join("setup.log"), &["--setup", "--changes", "0", "--rate", "0"]).unwrap();
+        assert!(init.finish(Duration::from_secs(60)).unwrap().success(), "setup failed:\n{}", init.log());
 
+        let (lake, s3) = if setup.s3 {
+            let server = S3Server::start("lake");
+            let proxy = Proxy::start(server.address());
+            let endpoint = format!("http://{}", proxy.address);
+            let storage = server.options_at(&endpoint).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+            (Lake { root: format!("s3://{}/{}", server.bucket, unique("pipeline")), storage }, Some((server, proxy)))
+        } else {
+            (Lake::local(dir.path()), None)
+        };
         let prefix = unique("e2e");
         let topic = format!("{prefix}.sales.dbo.orders");
         let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "max_commits_per_batch = 50");
-        let source = Stage::spawn("source", worker, connector);
-        // The sinks follow the control topic: let the source create it first.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !support::topic_exists(&broker.bootstrap, &format!("{topic}.control")) {
-            assert!(Instant::now() < deadline, "the source did not create {topic}.control within 60 s:\n{}", source.logs());
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        std::fs::write(&worker, format!("{}{}", std::fs::read_to_string(&worker).unwrap(), setup.worker_extra)).unwrap();
         let sinks = sink_worker(dir.path(), &broker);
-        let bronze = Stage::spawn("bronze", sinks.clone(), bronze_file(dir.path(), "orders", &topic, BRONZE_APP, ""));
-        let silver = Stage::spawn("silver", sinks, silver_file(dir.path(), 20));
-        Self { stages: vec![source, bronze, silver], broker, sim, topic, dir }
+        std::fs::write(&sinks, format!("{}{}", std::fs::read_to_string(&sinks).unwrap(), setup.worker_extra)).unwrap();
+        let bronze_connector = bronze_file_in(dir.path(), &lake, "orders", &topic, BRONZE_APP, "");
+        let silver_connector = silver_file_in(dir.path(), &lake, 20);
+        let spawn = |which: usize| match which {
+            SOURCE => spawn_stage(&worker, &connector, &[]),
+            BRONZE => spawn_stage(&sinks, &bronze_connector, &[]),
+            _ => spawn_stage(&sinks, &silver_connector, &[]),
+        };
+        let stages = match setup.start {
+            Start::SourceFirst => {
+                let source = spawn(SOURCE);
+                // The sinks follow the control topic: let the source create it first.
+                let control = format!("{topic}.control");
+                mssql_cdc_testkit::kafka::wait_for_topic(&broker.kafka(), &control, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", source.logs()));
+                vec![source, spawn(BRONZE), spawn(SILVER)]
+            }
+            Start::Together => vec![spawn(SOURCE), spawn(BRONZE), spawn(SILVER)],
+            Start::Reversed => {
+                let (silver, bronze) = (spawn(SILVER), spawn(BRONZE));
+                // Let both sinks find nothing to follow before the source starts.
+                std::thread::sleep(Duration::from_secs(3));
+                vec![spawn(SOURCE), bronze, silver]
+            }
+        };
+        Self { stages, broker, sim, topic, lake, s3, scraped: String::new(), dir }
     }
 
     /// The main workload: `changes` changes at `rate` changes/s, concurrently with the stages.
     fn workload(&self, changes: u64, rate: u64, seed: u64) -> WorkloadProcess {
         let (changes, rate, seed) = (changes.to_string(), rate.to_string(), seed.to_string());
-        WorkloadProcess::spawn(
-            &self.sim,
-            self.dir.path(),
-            "workload.log",
-            &["--changes", &changes, "--rate", &rate, "--seed", &seed, "--max-transaction-size", "10"],
-        )
+        let args = ["--changes", &changes, "--rate", &rate, "--seed", &seed, "--max-transaction-size", "10"];
+        WorkloadProcess::spawn(self.sim.address, &self.dir.path().join("workload.log"), &args).unwrap()
     }
 
     /// Every stage's logs, for failure messages.
     fn logs(&self) -> String {
-        self.stages.iter().map(Stage::logs).collect::<Vec<_>>().join("\n")
+        self.stages.iter().map(StageProcess::logs).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Panics if a stage exited on its own (a stage must keep running).
+    fn assert_alive(&mut self, index: usize) {
+        if let Err(error) = self.stages[index].process().alive() {
+            panic!("the {} stage exited on its own: {error}\n{}", self.stages[index].name(), self.stages[index].logs());
+        }
     }
 
     /// Waits for the workload to finish, for the source to publish everything and stop, and
     /// for bronze and silver to reach the last control record; then runs [`check_equalities`]
     /// on one full read.
     async fn catch_up_and_check(&mut self, mut workload: WorkloadProcess, workload_timeout: Duration) {
-        workload.wait_success(workload_timeout, || self.logs());
+        match workload.finish(workload_timeout) {
+            Ok(status) => assert!(status.success(), "the workload failed ({status}):\n{}\n{}", workload.log(), self.logs()),
+            Err(error) => panic!("{error}\n{}", self.logs()),
+        }
         // The capture job harvests every 100 ms: let it take the last commits into the change
         // table before the maximum LSN is read.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let config = self.sim.client_config();
-        wait_caught_up(&self.broker.bootstrap, &self.topic, &config, &self.stages[SOURCE].process, CATCH_UP).await;
+        wait_caught_up(&self.broker.bootstrap, &self.topic, &config, &self.stages[SOURCE], CATCH_UP).await;
         // Stop the source so no heartbeat moves the end while the sinks catch up; SIGTERM is
         // a clean shutdown (exit 0).
-        let status = self.stages[SOURCE].process.stop();
-        assert!(status.success(), "the source did not exit cleanly on SIGTERM ({status}):\n{}", self.stages[SOURCE].logs());
+        self.scraped.push_str(&self.stages[SOURCE].scrape().unwrap_or_default());
+        let status = self.stages[SOURCE].stop();
+        assert!(status.is_some_and(|s| s.success()), "the source did not exit cleanly on SIGTERM ({status:?}):\n{}", self.stages[SOURCE].logs());
         let controls = controls(&self.broker.bootstrap, &self.topic);
         let last = controls.last().expect("control records").batch_id as i64;
 
         let deadline = Instant::now() + CATCH_UP;
         loop {
-            self.stages[BRONZE].assert_alive();
-            self.stages[SILVER].assert_alive();
-            let now = observe(self.dir.path(), false);
+            self.assert_alive(BRONZE);
+            self.assert_alive(SILVER);
+            let now = observe(&self.lake, false);
             let bronze_at = now.batches.iter().map(|b| b.0).max().unwrap_or(-1);
             if bronze_at >= last && now.applied_batch >= last {
                 break;
@@ -471,11 +469,12 @@ impl Pipeline {
         let truth = truth(&config).await;
         let orders = orders(&self.sim).await;
         assert!(!truth.is_empty() && !orders.is_empty(), "the workload made changes");
-        let found = observe(self.dir.path(), true);
+        let found = observe(&self.lake, true);
         check_equalities(&found, &controls, &truth, &orders);
         for index in [BRONZE, SILVER] {
-            let status = self.stages[index].process.stop();
-            assert!(status.success(), "the {} stage did not exit cleanly on SIGTERM ({status}):\n{}", self.stages[index].name, self.stages[index].logs());
+            self.scraped.push_str(&self.stages[index].scrape().unwrap_or_default());
+            let status = self.stages[index].stop();
+            assert!(status.is_some_and(|s| s.success()), "the {} stage did not exit cleanly on SIGTERM ({status:?}):\n{}", self.stages[index].name(), self.stages[index].logs());
         }
         eprintln!(
             "pipeline: {} changes in {} batches ({} with rows), {} rows in silver",
@@ -495,19 +494,120 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// End to end: with the workload running concurrently against the served simulator, the
 /// source, bronze and silver as separate processes end with silver equal to the source table,
 /// bronze equal to the change history (exactly once), and the facts tiling the LSN range of
-/// the control topic.
+/// the control topic. A healthy run is quiet: no stage logs an ERROR or repeats a WARN.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_whole_pipeline_as_processes_matches_the_simulator() {
-    let mut pipeline = Pipeline::start();
+    let mut pipeline = Pipeline::start(Setup::default());
     let workload = pipeline.workload(3000, 300, 2);
     pipeline.catch_up_and_check(workload, Duration::from_secs(120)).await;
+    for stage in &pipeline.stages {
+        assert_quiet(stage);
+    }
+    // Every declared metric of the stages is exported (the broker's TLS counters come from
+    // the broker process: tests/broker.rs).
+    let missing: Vec<&str> = mssql_cdc_core::telemetry::metrics::ALL
+        .iter()
+        .copied()
+        .filter(|name| !name.starts_with("mssql_cdc_broker_"))
+        .filter(|name| sum(&pipeline.scraped, name).or_else(|| sum(&pipeline.scraped, &format!("{name}_count"))).is_none())
+        .collect();
+    assert!(missing.is_empty(), "declared metrics the stages never exported: {missing:?}\n{}", pipeline.scraped);
+}
+
+/// Stages start in any order, as compose starts them: all three at once, and the sinks before
+/// the source (bronze waits for the topics, silver for the facts table). None exits, and the
+/// end-to-end equalities hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn stages_started_together_or_in_reverse_order_all_run() {
+    for start in [Start::Together, Start::Reversed] {
+        let mut pipeline = Pipeline::start(Setup { start, ..Setup::default() });
+        let workload = pipeline.workload(1500, 300, 4);
+        pipeline.catch_up_and_check(workload, Duration::from_secs(120)).await;
+        for stage in &pipeline.stages {
+            assert_quiet(stage);
+        }
+        eprintln!("start order {start:?}: ok");
+    }
+}
+
+/// A worker `[retry]` table with short waits, so recoveries are quick in tests.
+const FAST_RETRY: &str = "\n[retry]\ninitial_backoff_ms = 200\nmax_backoff_ms = 2000\nbudget_ms = 300000\n";
+
+/// The broker restarts mid-run (SQLite storage, down for `MSSQL_CDC_OUTAGE_SECONDS`, default
+/// 30 s) while the workload runs: every stage rides it out on its own (the supervisor retries
+/// the transient Kafka failures), none exits, and the end-to-end equalities hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stages_recover_from_a_broker_restart() {
+    let outage = Duration::from_secs(env_u64("MSSQL_CDC_OUTAGE_SECONDS", 30));
+    let mut pipeline = Pipeline::start(Setup { worker_extra: FAST_RETRY, ..Setup::default() });
+    let workload = pipeline.workload(3000, 50, 5);
+    std::thread::sleep(Duration::from_secs(8));
+    pipeline.broker.stop();
+    eprintln!("broker: stopped for {outage:?}");
+    std::thread::sleep(outage);
+    for index in [SOURCE, BRONZE, SILVER] {
+        pipeline.assert_alive(index);
+    }
+    pipeline.broker.restart().unwrap();
+    eprintln!("broker: restarted on {}", pipeline.broker.bootstrap);
+    pipeline.catch_up_and_check(workload, Duration::from_secs(240)).await;
+    let retried = pipeline.stages[BRONZE].log().contains("retrying");
+    assert!(retried, "bronze retried through the outage:\n{}", pipeline.stages[BRONZE].logs());
+}
+
+/// The object store goes away while all three stages run on `s3://` tables: first frozen (the
+/// server stopped, connections hang) for `MSSQL_CDC_OUTAGE_SECONDS` (default 20 s), then
+/// refusing connections for as long. The sinks ride it out on their own and the end-to-end
+/// equalities hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sinks_recover_from_an_object_store_outage() {
+    let outage = Duration::from_secs(env_u64("MSSQL_CDC_OUTAGE_SECONDS", 20));
+    let mut pipeline = Pipeline::start(Setup { worker_extra: FAST_RETRY, s3: true, ..Setup::default() });
+    let workload = pipeline.workload(3000, 50, 6);
+    std::thread::sleep(Duration::from_secs(8));
+    {
+        let (server, proxy) = pipeline.s3.as_ref().unwrap();
+        server.freeze();
+        eprintln!("s3: frozen for {outage:?}");
+        std::thread::sleep(outage);
+        server.thaw();
+        proxy.refuse();
+        eprintln!("s3: refusing connections for {outage:?}");
+        std::thread::sleep(outage);
+        proxy.restore();
+    }
+    for index in [SOURCE, BRONZE, SILVER] {
+        pipeline.assert_alive(index);
+    }
+    pipeline.catch_up_and_check(workload, Duration::from_secs(240)).await;
+}
+
+/// A transient failure that outlasts `retry.budget_ms` stops the stage with an error naming
+/// the budget and the cause: a bronze sink whose broker never answers exits 1.
+#[test]
+fn an_exhausted_retry_budget_stops_the_stage_naming_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on.
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let worker = support::write_file(
+        dir.path(),
+        "worker.toml",
+        &mssql_cdc_testkit::files::worker_toml(&nowhere.to_string(), "\n[retry]\ninitial_backoff_ms = 100\nmax_backoff_ms = 500\nbudget_ms = 3000\n"),
+    );
+    let connector = bronze_file_in(dir.path(), &Lake::local(dir.path()), "orders", "nowhere.sales.dbo.orders", BRONZE_APP, "");
+    let mut stage = spawn_stage(&worker, &connector, &[]);
+    let status = stage.process().wait(Duration::from_secs(120)).unwrap_or_else(|| panic!("the stage did not give up:\n{}", stage.log()));
+    assert_eq!(status.code(), Some(1), "{}", stage.log());
+    let log = stage.log();
+    assert!(log.contains("retry.budget_ms = 3000") && log.contains("Kafka"), "the error names the budget and the cause:\n{log}");
+    assert!(log.contains("retrying"), "it retried before giving up:\n{log}");
 }
 
 /// Chaos: the same equalities hold when every stage is SIGKILLed many times at random points
 /// (each at least 5 times; `MSSQL_CDC_CHAOS_KILLS` in all, default 24) while the workload
 /// (`MSSQL_CDC_CHAOS_CHANGES` changes, default 6000) runs, and silver's `finalized_until` and
 /// applied position never move back across the kills. Soak with
-/// `MSSQL_CDC_CHAOS_KILLS=200 MSSQL_CDC_CHAOS_CHANGES=60000 cargo test --release --test pipeline the_pipeline_survives`.
+/// `MSSQL_CDC_CHAOS_KILLS=200 MSSQL_CDC_CHAOS_CHANGES=60000 scripts/test.sh --test pipeline the_pipeline_survives`.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_pipeline_survives_sigkills_of_every_stage() {
     const MIN_KILLS_PER_STAGE: u32 = 5;
@@ -519,14 +619,14 @@ async fn the_pipeline_survives_sigkills_of_every_stage() {
     let rate = ((changes as f64 / kill_seconds).ceil() as u64).max(1);
     let workload_timeout = Duration::from_secs_f64(kill_seconds * 3.0 + changes as f64 / rate as f64 * 2.0 + 120.0);
 
-    let mut pipeline = Pipeline::start();
+    let mut pipeline = Pipeline::start(Setup::default());
     let workload = pipeline.workload(changes, rate, 3);
     eprintln!("chaos: {kills} kills, {changes} changes at {rate}/s");
 
     let mut rng = rand::rng();
-    let mut previous = observe(pipeline.dir.path(), false);
+    let mut previous = observe(&pipeline.lake, false);
     let mut done = 0u64;
-    let enough = |done: u64, stages: &[Stage]| done >= kills && stages.iter().all(|s| s.kills >= MIN_KILLS_PER_STAGE);
+    let enough = |done: u64, stages: &[StageProcess]| done >= kills && stages.iter().all(|s| s.kills >= MIN_KILLS_PER_STAGE);
     // Rounds over the three stages in a fresh random order each: every stage is killed about
     // equally often, at random moments.
     while !enough(done, &pipeline.stages) {
@@ -536,12 +636,11 @@ async fn the_pipeline_survives_sigkills_of_every_stage() {
             if enough(done, &pipeline.stages) {
                 break;
             }
-            let stage = &mut pipeline.stages[index];
-            stage.assert_alive();
-            stage.kill();
+            pipeline.assert_alive(index);
+            pipeline.stages[index].kill();
             done += 1;
             if index == SILVER {
-                let now = observe(pipeline.dir.path(), false);
+                let now = observe(&pipeline.lake, false);
                 assert!(
                     now.finalized_until >= previous.finalized_until,
                     "kill {done}: finalized_until moved back from {:?} to {:?}",
@@ -552,17 +651,17 @@ async fn the_pipeline_survives_sigkills_of_every_stage() {
                 previous = now;
             }
             std::thread::sleep(Duration::from_millis(rng.random_range(100..1500)));
-            pipeline.stages[index].respawn();
+            pipeline.stages[index].respawn().unwrap();
             std::thread::sleep(Duration::from_millis(rng.random_range(300..2000)));
         }
     }
     eprintln!(
         "chaos: {done} SIGKILLs: {}",
-        pipeline.stages.iter().map(|s| format!("{} {}", s.name, s.kills)).collect::<Vec<_>>().join(", ")
+        pipeline.stages.iter().map(|s| format!("{} {}", s.name(), s.kills)).collect::<Vec<_>>().join(", ")
     );
 
     // No more kills: everything catches up and the equalities hold.
     pipeline.catch_up_and_check(workload, workload_timeout).await;
-    let last = observe(pipeline.dir.path(), false);
+    let last = observe(&pipeline.lake, false);
     assert!(last.finalized_until >= previous.finalized_until, "finalized_until moved back after the kills");
 }

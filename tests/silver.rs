@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use rand::Rng;
 use support::pipeline::{bronze_file, feed, setup_and_load, silver_file, sink_worker};
-use support::source::{controls, wait_caught_up, SourceProcess};
-use support::{run_python, SimServer, TestBroker};
+use support::source::{controls, query_rows, wait_caught_up};
+use support::{run_python, spawn_stage, SimServer, TestBroker};
 
 /// Silver's rows (order_id, customer_id, status) and the control row, as JSON.
 const READ: &str = r#"
@@ -62,8 +62,7 @@ fn read(dir: &Path) -> Read {
 
 /// The simulator's `dbo.orders`: (order_id, customer_id, status), sorted.
 async fn orders(sim: &SimServer) -> Vec<(i64, i64, String)> {
-    let mut client = mssql_cdc::sim::client::connect(&sim.client_config()).await.expect("login");
-    let rows = client.simple_query("SELECT order_id, customer_id, status FROM dbo.orders").await.unwrap().into_first_result().await.unwrap();
+    let rows = query_rows(&sim.client_config(), "SELECT order_id, customer_id, status FROM dbo.orders").await;
     let mut rows: Vec<_> = rows.iter().map(|r| (r.get::<i64, _>(0).unwrap(), i64::from(r.get::<i32, _>(1).unwrap()), r.get::<&str, _>(2).unwrap().to_owned())).collect();
     rows.sort();
     rows
@@ -74,21 +73,22 @@ async fn orders(sim: &SimServer) -> Vec<(i64, i64, String)> {
 /// equal to the simulator's table; after every restart `finalized_until` has not decreased
 /// and is not past the data applied.
 #[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "fault-injection"), ignore = "its fault point needs a build with --features fault-injection (scripts/test.sh)")]
 async fn silver_equals_the_source_table_under_kills() {
-    let broker = TestBroker::start();
-    let sim = SimServer::start(&[]);
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (topic, _) = feed(&broker, &sim, dir.path(), 1500).await;
     // The source again (it resumes from its control topic), for the changes made later.
-    let mut source = SourceProcess::spawn(&dir.path().join("worker.toml"), &dir.path().join("source.toml"));
+    let mut source = spawn_stage(&dir.path().join("worker.toml"), &dir.path().join("source.toml"), &[]);
     let worker = sink_worker(dir.path(), &broker);
-    let bronze = SourceProcess::spawn(&worker, &bronze_file(dir.path(), "orders", &topic, "orders-bronze-v1", ""));
+    let bronze = spawn_stage(&worker, &bronze_file(dir.path(), "orders", &topic, "orders-bronze-v1", ""), &[]);
     let connector = silver_file(dir.path(), 4);
 
     // A deterministic crash between a silver commit and its control commit.
-    let mut crashing = SourceProcess::spawn_with_env(&worker, &connector, &[("MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_COMMIT", "5")]);
-    let status = crashing.wait(Duration::from_secs(120)).unwrap_or_else(|| panic!("silver did not abort at the fault point; stderr:\n{}", crashing.stderr()));
-    assert!(!status.success(), "{}", crashing.stderr());
+    let mut crashing = spawn_stage(&worker, &connector, &[("MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_COMMIT", "5")]);
+    let status = crashing.process().wait(Duration::from_secs(120)).unwrap_or_else(|| panic!("silver did not abort at the fault point; stderr:\n{}", crashing.log()));
+    assert!(!status.success(), "{}", crashing.log());
     let mut previous = read(dir.path());
     let mut rng = rand::rng();
     for kill in 0..8 {
@@ -96,7 +96,7 @@ async fn silver_equals_the_source_table_under_kills() {
             // More changes while silver is being killed.
             setup_and_load(&sim, 400, 2);
         }
-        let mut silver = SourceProcess::spawn(&worker, &connector);
+        let mut silver = spawn_stage(&worker, &connector, &[]);
         std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
         silver.kill();
         let now = read(dir.path());
@@ -112,14 +112,14 @@ async fn silver_equals_the_source_table_under_kills() {
     wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(120)).await;
     source.stop();
     let last = controls(&broker.bootstrap, &topic).last().unwrap().batch_id as i64;
-    let silver = SourceProcess::spawn(&worker, &connector);
+    let silver = spawn_stage(&worker, &connector, &[]);
     let deadline = Instant::now() + Duration::from_secs(180);
     let found = loop {
         let found = read(dir.path());
         if found.applied_batch >= last {
             break found;
         }
-        assert!(Instant::now() < deadline, "silver did not reach batch {last} (at {}); silver:\n{}\nbronze:\n{}", found.applied_batch, silver.stderr(), bronze.stderr());
+        assert!(Instant::now() < deadline, "silver did not reach batch {last} (at {}); silver:\n{}\nbronze:\n{}", found.applied_batch, silver.log(), bronze.log());
         std::thread::sleep(Duration::from_millis(1000));
     };
     let expected = orders(&sim).await;

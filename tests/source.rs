@@ -6,12 +6,12 @@ mod support;
 
 use std::time::Duration;
 
-use mssql_cdc::log::Event;
-use mssql_cdc::sim::client::BlockingClient;
-use mssql_cdc::sim::workload::{create_orders, Workload, WorkloadOptions};
+use mssql_cdc_core::log::Event;
+use mssql_cdc_sim::client::BlockingClient;
+use mssql_cdc_sim::workload::{create_orders, Workload, WorkloadOptions};
 use rand::Rng;
-use support::source::{check_contract, exec, max_lsn, read_all, source_files, truth, wait_caught_up, SourceProcess};
-use support::{unique, SimServer, TestBroker};
+use support::source::{check_contract, exec, max_lsn, read_all, source_files, truth, wait_caught_up};
+use support::{spawn_stage, unique, SimServer, TestBroker};
 
 /// Creates dbo.orders with CDC (on a thread of its own: the blocking client owns a runtime).
 fn setup_orders(sim: &SimServer) {
@@ -51,17 +51,17 @@ fn workload(sim: &SimServer, changes: u64, rate: u64, seed: u64) {
 /// honour `max_commits_per_batch`, and name every change of the change table exactly once.
 #[tokio::test(flavor = "multi_thread")]
 async fn batches_tile_the_lsn_range_and_name_every_change_once() {
-    let broker = TestBroker::start();
-    let sim = SimServer::start(&[]);
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
     setup_orders(&sim);
     workload(&sim, 3000, 0, 11);
     let dir = tempfile::tempdir().unwrap();
     let prefix = unique("tile");
     let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "max_commits_per_batch = 7");
-    let mut source = SourceProcess::spawn(&worker, &connector);
+    let mut source = spawn_stage(&worker, &connector, &[]);
     let topic = format!("{prefix}.sales.dbo.orders");
     let records = wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(120)).await;
-    assert!(source.stop().success(), "clean stop; stderr:\n{}", source.stderr());
+    assert!(source.stop().is_some_and(|status| status.success()), "clean stop; stderr:\n{}", source.log());
     let truth = truth(&sim.client_config()).await;
     assert!(truth.len() >= 3000, "the workload made changes");
     let data = read_all(&broker.bootstrap, &topic);
@@ -77,8 +77,8 @@ async fn batches_tile_the_lsn_range_and_name_every_change_once() {
 /// (orphans of killed batches may stay in the data topic, never named).
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_at_random_points_keeps_the_tiling_exact() {
-    let broker = TestBroker::start();
-    let sim = SimServer::start(&[]);
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
     setup_orders(&sim);
     let writer = start_workload(&sim, 6000, 1500, 23);
     let dir = tempfile::tempdir().unwrap();
@@ -86,12 +86,12 @@ async fn sigkill_at_random_points_keeps_the_tiling_exact() {
     let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "max_commits_per_batch = 20\nfetch_rows = 50");
     let mut rng = rand::rng();
     for _ in 0..8 {
-        let mut source = SourceProcess::spawn(&worker, &connector);
+        let mut source = spawn_stage(&worker, &connector, &[]);
         std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
         source.kill();
     }
     writer.join().unwrap();
-    let mut source = SourceProcess::spawn(&worker, &connector);
+    let mut source = spawn_stage(&worker, &connector, &[]);
     let topic = format!("{prefix}.sales.dbo.orders");
     let records = wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(180)).await;
     source.stop();
@@ -106,8 +106,8 @@ async fn sigkill_at_random_points_keeps_the_tiling_exact() {
 /// skipped and a `data_skipped` event is published with the same range.
 #[tokio::test(flavor = "multi_thread")]
 async fn cleanup_past_the_position_is_data_loss_or_data_skipped() {
-    let broker = TestBroker::start();
-    let sim = SimServer::start(&[]);
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
     let config = sim.client_config();
     setup_orders(&sim);
     workload(&sim, 20, 0, 5);
@@ -115,7 +115,7 @@ async fn cleanup_past_the_position_is_data_loss_or_data_skipped() {
     let prefix = unique("loss");
     let topic = format!("{prefix}.sales.dbo.orders");
     let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "");
-    let mut source = SourceProcess::spawn(&worker, &connector);
+    let mut source = spawn_stage(&worker, &connector, &[]);
     let before = wait_caught_up(&broker.bootstrap, &topic, &config, &source, Duration::from_secs(60)).await;
     source.stop();
     let position = before.last().unwrap().to_lsn;
@@ -127,16 +127,16 @@ async fn cleanup_past_the_position_is_data_loss_or_data_skipped() {
     let low = max_lsn(&config).await;
     exec(&config, &format!("EXEC sys.sp_cdc_cleanup_change_table @capture_instance = N'dbo_orders', @low_water_mark = {low}")).await;
 
-    let mut failing = SourceProcess::spawn(&worker, &connector);
-    let status = failing.wait(Duration::from_secs(60)).expect("the source stops on data loss");
+    let mut failing = spawn_stage(&worker, &connector, &[]);
+    let status = failing.process().wait(Duration::from_secs(60)).expect("the source stops on data loss");
     assert_eq!(status.code(), Some(1), "non-zero exit");
-    let stderr = failing.stderr();
+    let stderr = failing.log();
     let expected_from = position.increment().to_string();
     assert!(stderr.contains("data loss on capture instance `dbo_orders`"), "{stderr}");
     assert!(stderr.contains(&format!("changes from {expected_from} to ")), "names the lost range from {expected_from}: {stderr}");
 
     let skipping = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "fail_on_data_loss = false").1;
-    let mut source = SourceProcess::spawn(&worker, &skipping);
+    let mut source = spawn_stage(&worker, &skipping, &[]);
     let after = wait_caught_up(&broker.bootstrap, &topic, &config, &source, Duration::from_secs(60)).await;
     source.stop();
     let skipped: Vec<&Event> = after.iter().flat_map(|c| c.events.iter()).collect();
@@ -152,8 +152,8 @@ async fn cleanup_past_the_position_is_data_loss_or_data_skipped() {
 /// → 02:00 CET on 25 October) and map to the right UTC instants, including the repeated hour.
 #[tokio::test(flavor = "multi_thread")]
 async fn commit_times_cross_a_dst_transition_correctly() {
-    let broker = TestBroker::start();
-    let sim = SimServer::start(&["--zone", "W. Europe Standard Time"]);
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&["--zone", "W. Europe Standard Time"]).unwrap();
     let config = sim.client_config();
     setup_orders(&sim);
     exec(&config, "EXEC sim.set_clock @utc = '2026-10-24T23:30:00', @freeze = 1").await;
@@ -170,7 +170,7 @@ async fn commit_times_cross_a_dst_transition_correctly() {
     // One commit per batch: the repeated hour must keep its order across batches too.
     let (worker, connector) =
         source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "source_time_zone = \"W. Europe Standard Time\"\nmax_commits_per_batch = 1");
-    let mut source = SourceProcess::spawn(&worker, &connector);
+    let mut source = spawn_stage(&worker, &connector, &[]);
     wait_caught_up(&broker.bootstrap, &topic, &config, &source, Duration::from_secs(60)).await;
     source.stop();
     let data = read_all(&broker.bootstrap, &topic);
@@ -189,8 +189,8 @@ async fn commit_times_cross_a_dst_transition_correctly() {
 /// with a clear error and a non-zero exit.
 #[tokio::test(flavor = "multi_thread")]
 async fn injected_faults_are_survived_and_an_outage_stops_the_stage() {
-    let broker = TestBroker::start();
-    let mut sim = SimServer::start(&[]);
+    let broker = TestBroker::start().unwrap();
+    let mut sim = SimServer::start(&[]).unwrap();
     let config = sim.client_config();
     setup_orders(&sim);
     workload(&sim, 1500, 0, 31);
@@ -199,7 +199,7 @@ async fn injected_faults_are_survived_and_an_outage_stops_the_stage() {
     let topic = format!("{prefix}.sales.dbo.orders");
     let (worker, connector) =
         source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "max_commits_per_batch = 3\nretry_timeout_ms = 120000");
-    let mut source = SourceProcess::spawn(&worker, &connector);
+    let mut source = spawn_stage(&worker, &connector, &[]);
     // The source is the only client now (simulator procedures are exempt from faults), so each
     // fault hits one of its statements.
     let kinds = ["deadlock", "lock_timeout", "disconnect", "deadlock", "disconnect", "lock_timeout", "disconnect", "deadlock", "lock_timeout"];
@@ -210,10 +210,10 @@ async fn injected_faults_are_survived_and_an_outage_stops_the_stage() {
     // Back-to-back faults back off 0.5, 1, 2, 4, 8, 10, 10... seconds.
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     let retried = |stderr: &str| stderr.matches("retrying the batch on a new connection").count();
-    while retried(&source.stderr()) < kinds.len() && std::time::Instant::now() < deadline {
+    while retried(&source.log()) < kinds.len() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let stderr = source.stderr();
+    let stderr = source.log();
     assert_eq!(retried(&stderr), kinds.len(), "every fault was met and retried:\n{stderr}");
     for code in ["1205", "1222"] {
         assert!(stderr.contains(code), "the warning names error {code}:\n{stderr}");
@@ -226,12 +226,12 @@ async fn injected_faults_are_survived_and_an_outage_stops_the_stage() {
 
     // The server goes away for longer than retry_timeout_ms.
     let short = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "retry_timeout_ms = 2000").1;
-    let mut source = SourceProcess::spawn(&worker, &short);
+    let mut source = spawn_stage(&worker, &short, &[]);
     wait_caught_up(&broker.bootstrap, &topic, &config, &source, Duration::from_secs(60)).await;
-    drop(std::mem::replace(&mut sim, SimServer::start(&[])));
-    let status = source.wait(Duration::from_secs(60)).expect("the source gives up after retry_timeout_ms");
+    drop(std::mem::replace(&mut sim, SimServer::start(&[]).unwrap()));
+    let status = source.process().wait(Duration::from_secs(60)).expect("the source gives up after retry_timeout_ms");
     assert_eq!(status.code(), Some(1));
-    let stderr = source.stderr();
+    let stderr = source.log();
     assert!(stderr.contains("SQL Server unavailable for"), "{stderr}");
     assert!(!stderr.contains(support::SIM_PASSWORD), "no password in the logs");
 }
@@ -242,9 +242,9 @@ async fn injected_faults_are_survived_and_an_outage_stops_the_stage() {
 /// times.
 #[tokio::test(flavor = "multi_thread")]
 async fn avro_records_decode_with_confluent_kafka_against_the_registry() {
-    let broker = TestBroker::start();
+    let broker = TestBroker::start().unwrap();
     let registry = support::registry::TestRegistry::start().await;
-    let sim = SimServer::start(&[]);
+    let sim = SimServer::start(&[]).unwrap();
     setup_orders(&sim);
     workload(&sim, 300, 0, 41);
     let dir = tempfile::tempdir().unwrap();
@@ -252,11 +252,11 @@ async fn avro_records_decode_with_confluent_kafka_against_the_registry() {
     let topic = format!("{prefix}.sales.dbo.orders");
     let extra = format!("format = \"avro\"\nschema_registry = {{ url = \"{}\" }}", registry.url);
     let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, &extra);
-    let mut source = SourceProcess::spawn(&worker, &connector);
+    let mut source = spawn_stage(&worker, &connector, &[]);
     let records = wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(60)).await;
     source.stop();
     assert_eq!(registry.subjects(), vec![format!("{topic}-key"), format!("{topic}-value")]);
-    assert!(records.iter().all(|c| c.schema_id.is_some() && c.format == mssql_cdc::log::RecordFormat::Avro));
+    assert!(records.iter().all(|c| c.schema_id.is_some() && c.format == mssql_cdc_core::log::RecordFormat::Avro));
     let truth = truth(&sim.client_config()).await;
     let script = r#"
 import sys, json, datetime, decimal

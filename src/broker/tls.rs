@@ -10,7 +10,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::BrokerError;
-use crate::telemetry::events::{TlsConnectionAccepted, TlsHandshakeFailed};
+use mssql_cdc_core::telemetry::events::{TlsConnectionAccepted, TlsHandshakeFailed};
 
 /// Loads a PEM certificate chain and private key into a TLS acceptor.
 pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, BrokerError> {

@@ -5,23 +5,21 @@
 //! the very same records (keys and values read back from the data topic) with the same
 //! producer settings. Both rates are printed side by side, with the process's peak RSS.
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mssql_cdc::broker::{self, BrokerOptions, BrokerStorage};
-use mssql_cdc::kafka::KafkaConfig;
-use mssql_cdc::sim::workload::{create_orders, Workload, WorkloadOptions};
-use mssql_cdc::sim::{tds, LocalClient, SimConfig, Simulator};
-use mssql_cdc::source::mssql::config::{ConnectionString, Encrypt};
-use mssql_cdc::source::mssql::publish::Publisher;
-use mssql_cdc::source::mssql::stream::Stream;
-use mssql_cdc::source::mssql::MssqlSourceOptions;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
+use mssql_cdc::broker::BrokerStorage;
+use mssql_cdc_core::kafka::KafkaConfig;
+use mssql_cdc_sim::workload::orders_backlog;
+use mssql_cdc_source::config::{ConnectionString, Encrypt};
+use mssql_cdc_source::publish::Publisher;
+use mssql_cdc_source::stream::Stream;
+use mssql_cdc_source::MssqlSourceOptions;
+use mssql_cdc_testkit::kafka::{controls, read_all, totals};
 use tokio_util::sync::CancellationToken;
+
+use super::services::Services;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -66,34 +64,19 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode> {
-    let broker = broker::start(&BrokerOptions {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        advertised_host: None,
-        storage: BrokerStorage::Memory,
-        tls_cert: None,
-        tls_key: None,
-        cluster_id: "mssql-cdc-bench".to_owned(),
-    })
-    .await?;
-    let kafka = KafkaConfig { bootstrap_servers: broker.address.to_string(), ..KafkaConfig::default() };
-
-    let sim = Simulator::new(SimConfig::default());
-    let mut setup = LocalClient::new(&sim);
-    create_orders(&mut setup).map_err(|error| anyhow::anyhow!("setup: {error}"))?;
-    let options = WorkloadOptions { rate: 0, changes: args.changes, ..WorkloadOptions::default() };
-    let workload_sim = sim.clone();
-    let report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
+    let changes = args.changes;
+    let (sim, report) = tokio::task::spawn_blocking(move || orders_backlog(changes)).await??;
     let _jobs = sim.spawn_jobs(Duration::from_millis(100));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let expected = sim.changes("dbo_orders").len() as u64;
     println!("workload: {} changes in {} transactions -> {expected} change rows", report.changes, report.transactions);
-    let shutdown = CancellationToken::new();
-    let address = tds::start(sim.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), shutdown.clone()).await?;
+    let services = Services::start(BrokerStorage::Memory, "mssql-cdc-bench", &sim).await?;
+    let (address, kafka) = (services.sim_address, KafkaConfig { bootstrap_servers: services.broker_address.to_string(), ..KafkaConfig::default() });
 
     let options = MssqlSourceOptions {
         connection_string: Some(ConnectionString(format!("Server=127.0.0.1,{};Database=sales", address.port()))),
         user: Some("sa".into()),
-        password: Some(mssql_cdc::config::secret::Secret::Inline(mssql_cdc::config::secret::SecretString::new(std::env::var("MSSQL_CDC_SIM_PASSWORD").unwrap_or_else(|_| "Sim-Passw0rd".into())))),
+        password: Some(mssql_cdc_core::config::secret::Secret::Inline(mssql_cdc_core::config::secret::SecretString::new(mssql_cdc_sim::client::password_from_env()))),
         encrypt: Encrypt::NotSupported,
         capture_instances: vec!["dbo_orders".into()],
         topic_prefix: Some("bench".into()),
@@ -105,16 +88,12 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
     let cancel = CancellationToken::new();
     let started = Instant::now();
     let task = tokio::spawn(stream.run(cancel.clone()));
-    let control = "bench.sales.dbo.orders.control";
     let (rows, bytes, batches) = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         anyhow::ensure!(!task.is_finished(), "the source stopped early");
-        if !broker_topic_has_data(&kafka, control) {
-            continue;
-        }
-        let totals = tokio::task::block_in_place(|| control_totals(&kafka, control))?;
-        if totals.0 >= expected {
-            break totals;
+        let totals = tokio::task::block_in_place(|| totals(&kafka, "bench.sales.dbo.orders"))?;
+        if totals.rows >= expected {
+            break (totals.rows, totals.bytes, totals.batches);
         }
         anyhow::ensure!(started.elapsed() < Duration::from_secs(600), "the source did not finish in 10 minutes");
     };
@@ -127,7 +106,6 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
     if records != rows {
         println!("note: {records} of the {rows} records were read back for the baseline");
     }
-    shutdown.cancel();
 
     println!(
         "source (SQL Server CDC over TDS -> Arrow -> JSON -> broker, {batches} batches): {rows} rows, {:.1} MB in {source_secs:.2} s = {:.0} rows/s, {:.1} MB/s",
@@ -145,15 +123,16 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
     if then_bronze {
         bronze(&kafka, batches).await?;
     }
+    services.stop().await;
     Ok(ExitCode::SUCCESS)
 }
 
 /// The bronze sink over the feed just published, then the same rows as Arrow batches written
 /// straight to one Parquet file in the same directory.
 async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
-    use mssql_cdc::config::WorkerConfig;
-    use mssql_cdc::sink::bronze::{BronzeOptions, BronzeSink};
-    use mssql_cdc::stage::{Stage, StageContext};
+    use mssql_cdc_core::config::WorkerConfig;
+    use mssql_cdc_lake::bronze::{BronzeOptions, BronzeSink};
+    use mssql_cdc_core::stage::{Stage, StageContext};
 
     let dir = std::env::temp_dir().join(format!("mssql-cdc-bench-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir)?;
@@ -165,7 +144,7 @@ async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
         facts_table: Some(facts.clone()),
         ..BronzeOptions::default()
     };
-    let context = StageContext { name: "bench-bronze".into(), worker: WorkerConfig { kafka: kafka.clone(), ..WorkerConfig::default() } };
+    let context = StageContext::new("bench-bronze", WorkerConfig { kafka: kafka.clone(), ..WorkerConfig::default() });
     // Peak RSS from here on (Linux: writing 5 to clear_refs resets VmHWM).
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let base_rss = peak_rss_mb();
@@ -176,8 +155,8 @@ async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         anyhow::ensure!(!task.is_finished(), "the bronze sink stopped early");
-        if let Some(table) = mssql_cdc::delta::table::open(&facts, &Default::default()).await? {
-            if mssql_cdc::delta::table::txn_version(&table, "bench-bronze#facts").await?.unwrap_or(-1) >= last {
+        if let Some(table) = mssql_cdc_lake::delta::table::open(&facts, &Default::default()).await? {
+            if mssql_cdc_lake::delta::table::txn_version(&table, "bench-bronze#facts").await?.unwrap_or(-1) >= last {
                 break;
             }
         }
@@ -225,11 +204,9 @@ pub(super) async fn raw_producer_baseline(kafka: &KafkaConfig, topic: &str) -> a
 /// The data records of `topic` decoded from JSON into Arrow with the last control record's
 /// schema, then written to one Parquet file in `dir`: (rows, bytes, decode s, write s).
 pub(super) async fn parquet_baseline(kafka: &KafkaConfig, topic: &str, dir: &std::path::Path) -> anyhow::Result<(usize, usize, f64, f64)> {
-    use mssql_cdc::sink::bronze::records::{decode_json, DataRecord};
+    use mssql_cdc_lake::bronze::records::{decode_json, DataRecord};
 
-    let control_topic = format!("{topic}.control");
-    let controls: Vec<mssql_cdc::log::ControlRecord> =
-        tokio::task::block_in_place(|| read_partitions(kafka, &control_topic, false))?.iter().map(|(_, v)| serde_json::from_slice(v)).collect::<Result<_, _>>()?;
+    let controls = tokio::task::block_in_place(|| controls(kafka, topic))?;
     let records = tokio::task::block_in_place(|| read_topic(kafka, topic))?;
     let bytes: usize = records.iter().map(|(_, v)| v.len()).sum();
     let rows = records.len();
@@ -253,62 +230,10 @@ pub(super) async fn parquet_baseline(kafka: &KafkaConfig, topic: &str, dir: &std
     Ok((rows, bytes, decode_secs, started.elapsed().as_secs_f64()))
 }
 
-pub(super) fn broker_topic_has_data(kafka: &KafkaConfig, topic: &str) -> bool {
-    let Ok(consumer) = kafka.client_config().map(|c| c.create::<BaseConsumer>()) else { return false };
-    let Ok(consumer) = consumer else { return false };
-    consumer.fetch_watermarks(topic, 0, Duration::from_secs(5)).is_ok_and(|(low, high)| high > low)
-}
-
-/// (rows, bytes, batches) summed over the control topic.
-pub(super) fn control_totals(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<(u64, u64, u64)> {
-    let records = read_partitions(kafka, topic, false)?;
-    let mut totals = (0, 0, 0);
-    for (_, value) in records {
-        let control: mssql_cdc::log::ControlRecord = serde_json::from_slice(&value)?;
-        totals.0 += control.rows;
-        totals.1 += control.metrics.bytes;
-        totals.2 += 1;
-    }
-    Ok(totals)
-}
-
-pub(super) fn read_topic(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    read_partitions(kafka, topic, true)
-}
-
-/// Every record of every partition of `topic`, up to the current ends (with `settle`, also
-/// what arrives within 3 s after them).
-fn read_partitions(kafka: &KafkaConfig, topic: &str, settle: bool) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let mut config = kafka.client_config()?;
-    config.set("group.id", format!("bench-{}", uuid::Uuid::new_v4())).set("enable.auto.commit", "false");
-    let consumer: BaseConsumer = config.create()?;
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let mut assignment = TopicPartitionList::new();
-    let mut remaining = 0i64;
-    for partition in metadata.topics()[0].partitions() {
-        let (low, high) = consumer.fetch_watermarks(topic, partition.id(), Duration::from_secs(10))?;
-        if high > low {
-            assignment.add_partition_offset(topic, partition.id(), Offset::Offset(low))?;
-            remaining += high - low;
-        }
-    }
-    let mut out = Vec::with_capacity(remaining as usize);
-    if remaining == 0 {
-        return Ok(out);
-    }
-    consumer.assign(&assignment)?;
-    // Read until the watermarks are reached and nothing more arrives for 3 s (the memory
-    // storage's watermarks can lag what a consumer reads).
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let mut last = Instant::now();
-    while Instant::now() < deadline && ((out.len() as i64) < remaining || (settle && last.elapsed() < Duration::from_secs(3))) {
-        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
-            let message = message?;
-            out.push((message.key().unwrap_or_default().to_vec(), message.payload().unwrap_or_default().to_vec()));
-            last = Instant::now();
-        }
-    }
-    Ok(out)
+/// Every record of `topic` as (key, value), read until nothing more arrives for 3 s (the memory
+/// storage's watermarks can lag what a consumer reads).
+fn read_topic(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    Ok(read_all(kafka, topic, Some(Duration::from_secs(3)))?.into_iter().map(|record| (record.key, record.value)).collect())
 }
 
 pub(super) fn peak_rss_mb() -> f64 {

@@ -17,10 +17,9 @@
 //!
 //! The report is a Markdown table on standard output (as `docs/performance.md` holds it).
 
-use std::io::{BufRead, BufReader, Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,15 +27,20 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use mssql_cdc::broker::BrokerStorage;
-use mssql_cdc::delta::table;
-use mssql_cdc::kafka::KafkaConfig;
-use mssql_cdc::sim::workload::{create_orders, Workload, WorkloadOptions};
-use mssql_cdc::sim::{LocalClient, Output, SimConfig, Simulator, Value};
-use mssql_cdc::sink::facts::facts_app_id;
-use mssql_cdc::sink::silver::control;
-use mssql_cdc::telemetry::metrics as m;
+use mssql_cdc_lake::delta::table;
+use mssql_cdc_core::kafka::KafkaConfig;
+use mssql_cdc_sim::workload::{create_orders, Workload, WorkloadOptions};
+use mssql_cdc_sim::{LocalClient, SimConfig, Simulator, Value};
+use mssql_cdc_lake::facts::facts_app_id;
+use mssql_cdc_lake::silver::control;
+use mssql_cdc_core::telemetry::metrics as m;
+use mssql_cdc_testkit::files::{bronze_toml, silver_toml, source_toml, worker_toml, write_file, Lake};
+use mssql_cdc_testkit::kafka::totals;
+use mssql_cdc_testkit::metrics::{mean, sum};
+use mssql_cdc_testkit::process::Log;
+use mssql_cdc_testkit::stage::StageProcess;
 
-use super::bench::{control_totals, parquet_baseline, raw_producer_baseline};
+use super::bench::{parquet_baseline, raw_producer_baseline};
 use super::services::Services;
 
 #[derive(Debug, clap::Args)]
@@ -81,110 +85,190 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     }
     std::fs::create_dir_all(&dir)?;
     let dir = dir.canonicalize()?;
-    let sim = Simulator::new(SimConfig::default());
-    let _jobs = sim.spawn_jobs(Duration::from_millis(100));
-    create_orders(&mut LocalClient::new(&sim)).map_err(|e| anyhow::anyhow!("setup: {e}"))?;
     let storage = match args.broker_storage.as_str() {
         "memory" => BrokerStorage::Memory,
         "sqlite" => BrokerStorage::Sqlite(dir.join("broker.db")),
         other => anyhow::bail!("--broker-storage: `{other}` (expected `sqlite` or `memory`)"),
     };
+    let sim = Simulator::new(SimConfig::default());
+    let _jobs = sim.spawn_jobs(Duration::from_millis(100));
+    create_orders(&mut LocalClient::new(&sim)).map_err(|e| anyhow::anyhow!("setup: {e}"))?;
     let services = Services::start(storage, "mssql-cdc-bench", &sim).await?;
     let (sim_address, broker_address) = (services.sim_address, services.broker_address);
     let kafka = KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() };
     let files = Files::write(&dir, &broker_address.to_string(), sim_address)?;
     eprintln!("bench: simulator on {sim_address}, broker on {broker_address}, files in {}", dir.display());
 
-    // 1. Idle memory.
+    // The stages start on the empty table, then the backlog is made while none runs.
+    let idle_rss = idle_memory(&files, &dir).await?;
+    let options = WorkloadOptions { rate: 0, changes: args.changes, ..WorkloadOptions::default() };
+    let workload_sim = sim.clone();
+    let backlog_report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
+    eprintln!("bench: backlog of {} changes", backlog_report.changes);
+    let (mut stages, drained) = drain_backlog(&sim, &kafka, &files, &dir).await?;
+    let steady = steady_rate(&sim, &files, &mut stages, args.rate, args.steady_seconds).await?;
+    let kafka_latencies = kafka_round_trips(&kafka, 200).await?;
+    let peak: Vec<f64> = stages.iter().map(|p| p.rss_mb("VmHWM")).collect();
+    for process in &mut stages {
+        process.stop();
+    }
+    services.stop().await;
+    print_report(&args, &drained, &steady, &kafka_latencies, &peak, &idle_rss);
+    println!(
+        "steady workload: {} changes in {} transactions ({:.0} changes/s); backlog workload {} changes; broker storage {}; machine: {} cores",
+        steady.workload.changes,
+        steady.workload.transactions,
+        steady.workload.changes_per_second(),
+        backlog_report.changes,
+        args.broker_storage,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Phase 1: the stages start on an empty feed; their RSS after a few seconds is the memory
+/// baseline. They are killed (and resume from their checkpoints later).
+async fn idle_memory(files: &Files, dir: &Path) -> anyhow::Result<Vec<f64>> {
     let mut idle = Vec::new();
     for connector in [&files.source, &files.bronze, &files.silver] {
-        idle.push(StageProcess::spawn(&files.worker, connector, &dir)?);
+        idle.push(stage(&files.worker, connector, dir)?);
     }
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let idle_rss: Vec<f64> = idle.iter().map(|p| p.rss_mb("VmRSS")).collect();
+    let rss = idle.iter().map(|p| p.rss_mb("VmRSS")).collect();
     for mut process in idle {
         process.kill();
     }
+    Ok(rss)
+}
 
-    // 2. Backlog.
-    let options = WorkloadOptions { rate: 0, changes: args.changes, ..WorkloadOptions::default() };
-    let workload_sim = sim.clone();
-    let report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
-    let expected = sim.changes("dbo_orders").len() as u64;
-    eprintln!("bench: backlog of {} changes ({expected} change rows)", report.changes);
+/// What phase 2 measured.
+struct Drained {
+    rows: u64,
+    bytes: u64,
+    batches: u64,
+    source_secs: f64,
+    raw_acked: u64,
+    raw_secs: f64,
+    bronze_secs: f64,
+    bronze_metrics: String,
+    parquet_rows: usize,
+    parquet_secs: f64,
+    silver_secs: f64,
+    silver_metrics: String,
+}
 
+/// What a draining stage waits for.
+enum Until<'a> {
+    /// The control topic names at least this many rows.
+    Published(u64),
+    /// The facts table records this batch for `app_id`'s facts.
+    Facts { table: &'a str, app: &'a str, batch: i64 },
+    /// Silver's control row (for the silver table at `url`) reached this batch.
+    Applied { control: &'a str, url: &'a str, batch: i64 },
+}
+
+impl Until<'_> {
+    async fn reached(&self, kafka: &KafkaConfig) -> anyhow::Result<bool> {
+        Ok(match self {
+            Until::Published(rows) => tokio::task::block_in_place(|| totals(kafka, TOPIC))?.rows >= *rows,
+            Until::Facts { table: location, app, batch } => match table::open(location, &Default::default()).await? {
+                Some(facts) => table::txn_version(&facts, app).await?.unwrap_or(-1) >= *batch,
+                None => false,
+            },
+            Until::Applied { control, url, batch } => control_row(control, url).await.is_some_and(|r| r.applied_batch >= *batch),
+        })
+    }
+}
+
+/// Starts a stage and waits (polling every 100 ms, at most 30 minutes) until `until`,
+/// checking that it stays up; returns it with the seconds it took.
+async fn drain(files: &Files, connector: &Path, dir: &Path, kafka: &KafkaConfig, until: Until<'_>) -> anyhow::Result<(StageProcess, f64)> {
     let started = Instant::now();
-    let source = StageProcess::spawn(&files.worker, &files.source, &dir)?;
-    let (rows, bytes, batches) = loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        source.alive()?;
-        let totals = tokio::task::block_in_place(|| control_totals(&kafka, &format!("{TOPIC}.control")))?;
-        if totals.0 >= expected {
-            break totals;
-        }
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(1800), "the source did not drain the backlog in 30 minutes");
-    };
-    let source_secs = started.elapsed().as_secs_f64();
-    let (_, acked, raw_secs, _) = raw_producer_baseline(&kafka, TOPIC).await?;
-    eprintln!("bench: source {rows} rows in {source_secs:.1} s; raw producer {acked} in {raw_secs:.1} s");
-
-    let last_batch = batches as i64 - 1;
-    let started = Instant::now();
-    let bronze = StageProcess::spawn(&files.worker, &files.bronze, &dir)?;
-    let facts_app = facts_app_id(BRONZE_APP);
+    let mut stage = stage(&files.worker, connector, dir)?;
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        bronze.alive()?;
-        if let Some(facts) = table::open(&files.facts_table, &Default::default()).await? {
-            if table::txn_version(&facts, &facts_app).await?.unwrap_or(-1) >= last_batch {
-                break;
-            }
+        stage.alive()?;
+        if until.reached(kafka).await? {
+            return Ok((stage, started.elapsed().as_secs_f64()));
         }
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(1800), "bronze did not drain the backlog in 30 minutes");
+        anyhow::ensure!(started.elapsed() < Duration::from_secs(1800), "{} did not drain the backlog in 30 minutes", stage.name());
     }
-    let bronze_secs = started.elapsed().as_secs_f64();
-    let bronze_metrics = bronze.scrape();
-    let (baseline_rows, _, decode_secs, write_secs) = parquet_baseline(&kafka, TOPIC, &dir).await?;
+}
+
+/// Phase 2: the source alone drains the backlog, then bronze alone, then silver alone, each
+/// next to its baseline (a raw producer of the same records; the same records decoded and
+/// written to one Parquet file). Returns the three stages, still running.
+async fn drain_backlog(sim: &Simulator, kafka: &KafkaConfig, files: &Files, dir: &Path) -> anyhow::Result<(Vec<StageProcess>, Drained)> {
+    let expected = sim.changes("dbo_orders").len() as u64;
+    let (source, source_secs) = drain(files, &files.source, dir, kafka, Until::Published(expected)).await?;
+    let fed = totals(kafka, TOPIC)?;
+    let (_, raw_acked, raw_secs, _) = raw_producer_baseline(kafka, TOPIC).await?;
+    eprintln!("bench: source {} rows in {source_secs:.1} s; raw producer {raw_acked} in {raw_secs:.1} s", fed.rows);
+
+    let last_batch = fed.batches as i64 - 1;
+    let facts_app = facts_app_id(BRONZE_APP);
+    let until = Until::Facts { table: &files.facts_table, app: &facts_app, batch: last_batch };
+    let (bronze, bronze_secs) = drain(files, &files.bronze, dir, kafka, until).await?;
+    let bronze_metrics = bronze.scrape().unwrap_or_default();
+    let (parquet_rows, _, decode_secs, write_secs) = parquet_baseline(kafka, TOPIC, dir).await?;
     eprintln!("bench: bronze in {bronze_secs:.1} s; decode+parquet {:.1} s", decode_secs + write_secs);
 
-    let started = Instant::now();
-    let silver = StageProcess::spawn(&files.worker, &files.silver, &dir)?;
     let silver_url = table::table_url(&files.silver_table)?.to_string();
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        silver.alive()?;
-        if control_row(&files.control_table, &silver_url).await.is_some_and(|r| r.applied_batch >= last_batch) {
-            break;
-        }
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(1800), "silver did not drain the backlog in 30 minutes");
-    }
-    let silver_secs = started.elapsed().as_secs_f64();
-    let silver_metrics = silver.scrape();
+    let until = Until::Applied { control: &files.control_table, url: &silver_url, batch: last_batch };
+    let (silver, silver_secs) = drain(files, &files.silver, dir, kafka, until).await?;
+    let silver_metrics = silver.scrape().unwrap_or_default();
+    let drained = Drained {
+        rows: fed.rows,
+        bytes: fed.bytes,
+        batches: fed.batches,
+        source_secs,
+        raw_acked,
+        raw_secs,
+        bronze_secs,
+        bronze_metrics,
+        parquet_rows,
+        parquet_secs: decode_secs + write_secs,
+        silver_secs,
+        silver_metrics,
+    };
+    Ok((vec![source, bronze, silver], drained))
+}
 
-    // 3. Steady rate, all three running.
+/// What phase 3 measured.
+struct Steady {
+    workload: mssql_cdc_sim::workload::WorkloadReport,
+    /// Each commit's latency to silver, ms.
+    latencies: Vec<f64>,
+    /// Commits never seen applied.
+    unseen: usize,
+}
+
+/// Phase 3: with all three stages running, the workload commits `rate` changes/s for
+/// `seconds`; the silver control row is read every 100 ms, and each commit's latency is the
+/// time from its `tran_end_time` to the first read whose `end_commit_ts` covers it.
+async fn steady_rate(sim: &Simulator, files: &Files, stages: &mut [StageProcess], rate: u64, seconds: u64) -> anyhow::Result<Steady> {
     let stop = Arc::new(AtomicBool::new(false));
     let made = Arc::new(AtomicU64::new(0));
-    let options = WorkloadOptions { rate: args.rate, changes: u64::MAX, seed: 11, ..WorkloadOptions::default() };
-    let existing = order_ids(&sim);
-    let workload = Workload::new(options, existing).controlled(stop.clone(), made.clone());
+    let options = WorkloadOptions { rate, changes: u64::MAX, seed: 11, ..WorkloadOptions::default() };
+    let workload = Workload::new(options, order_ids(sim)).controlled(stop.clone(), made.clone());
     let workload_sim = sim.clone();
     let steady_start = Utc::now();
     let thread = std::thread::spawn(move || {
         let mut workload = workload;
         workload.run(&mut LocalClient::new(&workload_sim))
     });
+    let silver_url = table::table_url(&files.silver_table)?.to_string();
     let mut observations: Vec<(DateTime<Utc>, DateTime<Utc>)> = Vec::new();
-    let steady = Duration::from_secs(args.steady_seconds);
     let begun = Instant::now();
     let mut steady_end = None;
     loop {
-        for process in [&source, &bronze, &silver] {
+        for process in stages.iter_mut() {
             process.alive()?;
         }
         if let Some(end) = control_row(&files.control_table, &silver_url).await.and_then(|r| r.end_commit_ts) {
             observations.push((Utc::now(), end));
         }
-        if steady_end.is_none() && begun.elapsed() >= steady {
+        if steady_end.is_none() && begun.elapsed() >= Duration::from_secs(seconds) {
             stop.store(true, Ordering::Relaxed);
             steady_end = Some(Utc::now());
         }
@@ -195,78 +279,63 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let steady_report = thread.join().map_err(|_| anyhow::anyhow!("the workload panicked"))??;
-    let commits = commit_times(&sim, steady_start, steady_end.unwrap_or_else(Utc::now));
+    let workload = thread.join().map_err(|_| anyhow::anyhow!("the workload panicked"))??;
+    let commits = commit_times(sim, steady_start, steady_end.unwrap_or_else(Utc::now));
     let (latencies, unseen) = latencies(&commits, &observations);
-    let kafka_latencies = kafka_round_trips(&kafka, 200).await?;
-    let peak: Vec<f64> = [&source, &bronze, &silver].iter().map(|p| p.rss_mb("VmHWM")).collect();
-    for mut process in [source, bronze, silver] {
-        process.stop();
-    }
-    services.stop().await;
+    Ok(Steady { workload, latencies, unseen })
+}
 
-    // The report.
-    let mean = |text: &str, name: &str| {
-        let sum = super::demo::sum_metric(text, &format!("{name}_sum"))?;
-        let count = super::demo::sum_metric(text, &format!("{name}_count"))?;
-        (count > 0.0).then(|| sum / count)
-    };
-    let silver_batches = super::demo::sum_metric(&silver_metrics, m::SILVER_BATCHES_TOTAL).unwrap_or(0.0);
-    let silver_apply_sum = super::demo::sum_metric(&silver_metrics, &format!("{}_sum", m::SILVER_APPLY_DURATION_SECONDS)).unwrap_or(0.0);
-    let silver_steps = super::demo::sum_metric(&silver_metrics, &format!("{}_count", m::SILVER_APPLY_DURATION_SECONDS)).unwrap_or(0.0);
-    let bronze_commit = mean(&bronze_metrics, m::BRONZE_COMMIT_DURATION_SECONDS).unwrap_or(0.0);
-    let mb = bytes as f64 / 1e6;
+/// The report: one Markdown table.
+fn print_report(args: &ReportBench, drained: &Drained, steady: &Steady, kafka_latencies: &[f64], peak: &[f64], idle_rss: &[f64]) {
+    let silver_metrics = &drained.silver_metrics;
+    let silver_batches = sum(silver_metrics, m::SILVER_BATCHES_TOTAL).unwrap_or(0.0);
+    let silver_apply_sum = sum(silver_metrics, &format!("{}_sum", m::SILVER_APPLY_DURATION_SECONDS)).unwrap_or(0.0);
+    let silver_steps = sum(silver_metrics, &format!("{}_count", m::SILVER_APPLY_DURATION_SECONDS)).unwrap_or(0.0);
+    let bronze_commit = mean(&drained.bronze_metrics, m::BRONZE_COMMIT_DURATION_SECONDS).unwrap_or(0.0);
+    let (rows, mb) = (drained.rows as f64, drained.bytes as f64 / 1e6);
+    let per = |total: f64, count: f64| if count > 0.0 { total / count * 1000.0 } else { 0.0 };
     println!("| measure | mssql-cdc | baseline, same run |");
     println!("|---|---|---|");
     println!(
-        "| source: backlog of {} change rows, TDS → Kafka | {:.0} rows/s, {:.1} MB/s ({batches} batches) | bare rdkafka producer, same records: {:.0} rows/s |",
-        rows,
-        rows as f64 / source_secs,
-        mb / source_secs,
-        acked as f64 / raw_secs
+        "| source: backlog of {} change rows, TDS → Kafka | {:.0} rows/s, {:.1} MB/s ({} batches) | bare rdkafka producer, same records: {:.0} rows/s |",
+        drained.rows,
+        rows / drained.source_secs,
+        mb / drained.source_secs,
+        drained.batches,
+        drained.raw_acked as f64 / drained.raw_secs
     );
     println!(
         "| bronze: the same feed → Delta, with facts | {:.0} rows/s, {:.1} MB/s ({:.0} ms per batch commit) | JSON decode + one Parquet file: {:.0} rows/s |",
-        rows as f64 / bronze_secs,
-        mb / bronze_secs,
+        rows / drained.bronze_secs,
+        mb / drained.bronze_secs,
         bronze_commit * 1000.0,
-        baseline_rows as f64 / (decode_secs + write_secs)
+        drained.parquet_rows as f64 / drained.parquet_secs
     );
     println!(
         "| silver: apply time per batch ({} batches in {:.0} applies, {:.1} s) | {:.1} ms per batch, {:.0} ms per apply | bronze's append: {:.0} ms per batch |",
         silver_batches,
         silver_steps,
-        silver_secs,
-        if silver_batches > 0.0 { silver_apply_sum / silver_batches * 1000.0 } else { 0.0 },
-        if silver_steps > 0.0 { silver_apply_sum / silver_steps * 1000.0 } else { 0.0 },
+        drained.silver_secs,
+        per(silver_apply_sum, silver_batches),
+        per(silver_apply_sum, silver_steps),
         bronze_commit * 1000.0
     );
     println!(
         "| end to end at {} changes/s for {} s: commit → visible in silver ({} commits{}) | p50 {:.0} ms, p99 {:.0} ms | Kafka produce → consume, same broker: p50 {:.0} ms, p99 {:.0} ms |",
         args.rate,
         args.steady_seconds,
-        latencies.len(),
-        if unseen > 0 { format!(", {unseen} not seen") } else { String::new() },
-        percentile(&latencies, 0.50),
-        percentile(&latencies, 0.99),
-        percentile(&kafka_latencies, 0.50),
-        percentile(&kafka_latencies, 0.99)
+        steady.latencies.len(),
+        if steady.unseen > 0 { format!(", {} not seen", steady.unseen) } else { String::new() },
+        percentile(&steady.latencies, 0.50),
+        percentile(&steady.latencies, 0.99),
+        percentile(kafka_latencies, 0.50),
+        percentile(kafka_latencies, 0.99)
     );
     println!(
         "| peak RSS per stage process: source / bronze / silver | {:.0} / {:.0} / {:.0} MB | idle, same processes: {:.0} / {:.0} / {:.0} MB |",
         peak[0], peak[1], peak[2], idle_rss[0], idle_rss[1], idle_rss[2]
     );
     println!();
-    println!(
-        "steady workload: {} changes in {} transactions ({:.0} changes/s); backlog workload {} changes; broker storage {}; machine: {} cores",
-        steady_report.changes,
-        steady_report.transactions,
-        steady_report.changes_per_second(),
-        report.changes,
-        args.broker_storage,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The connector files of the run.
@@ -282,114 +351,23 @@ struct Files {
 
 impl Files {
     fn write(dir: &Path, bootstrap: &str, sim: SocketAddr) -> anyhow::Result<Self> {
-        let lake = dir.join("lake");
-        let (bronze_table, facts_table) = (lake.join("bronze").display().to_string(), lake.join("facts").display().to_string());
-        let (silver_table, control_table) = (lake.join("silver").display().to_string(), lake.join("control").display().to_string());
-        let write = |name: &str, text: String| -> anyhow::Result<PathBuf> {
-            let path = dir.join(name);
-            std::fs::write(&path, text)?;
-            Ok(path)
-        };
+        let lake = Lake::local(&dir.join("lake"));
         Ok(Self {
-            worker: write("worker.toml", format!("[kafka]\nbootstrap_servers = \"{bootstrap}\"\n[telemetry]\nlisten = \"127.0.0.1:0\"\n"))?,
-            source: write(
-                "source.toml",
-                format!(
-                    "name = \"bench-source\"\nkind = \"mssql-source\"\nconnection_string = \"Server=127.0.0.1,{};Database=sales\"\nuser = \"sa\"\npassword = {{ env = \"MSSQL_CDC_SIM_PASSWORD\" }}\nencrypt = \"not_supported\"\ncapture_instances = [\"dbo_orders\"]\ntopic_prefix = \"bench\"\nmax_commits_per_batch = 1000\npoll_interval_ms = 100\nheartbeat_interval_ms = 1000\n",
-                    sim.port()
-                ),
-            )?,
-            bronze: write(
-                "bronze.toml",
-                format!("name = \"bench-bronze\"\nkind = \"delta-bronze\"\ntopic = \"{TOPIC}\"\ntarget = \"{bronze_table}\"\napp_id = \"{BRONZE_APP}\"\nfacts_table = \"{facts_table}\"\n"),
-            )?,
-            silver: write(
-                "silver.toml",
-                format!(
-                    "name = \"bench-silver\"\nkind = \"delta-silver\"\nbronze = \"{bronze_table}\"\ntarget = \"{silver_table}\"\napp_id = \"bench-silver\"\ncontrol_table = \"{control_table}\"\nfacts_table = \"{facts_table}\"\ngranularity = \"minute\"\npoll_interval_ms = 200\n"
-                ),
-            )?,
-            facts_table,
-            silver_table,
-            control_table,
+            worker: write_file(dir, "worker.toml", &worker_toml(bootstrap, ""))?,
+            source: write_file(dir, "source.toml", &source_toml("bench-source", sim.port(), "bench", "max_commits_per_batch = 1000"))?,
+            bronze: write_file(dir, "bronze.toml", &bronze_toml("bench", TOPIC, BRONZE_APP, &lake, ""))?,
+            silver: write_file(dir, "silver.toml", &silver_toml("bench-silver", "bench-bronze", "bench-silver", &lake, ""))?,
+            facts_table: lake.table("facts"),
+            silver_table: lake.table("silver"),
+            control_table: lake.table("control"),
         })
     }
 }
 
 /// One stage as an `mssql-cdc run` child process, its log in the working directory.
-struct StageProcess {
-    child: Child,
-    metrics: SocketAddr,
-}
-
-impl StageProcess {
-    fn spawn(worker: &Path, connector: &Path, dir: &Path) -> anyhow::Result<Self> {
-        let name = connector.file_stem().map_or("stage".into(), |s| s.to_string_lossy().into_owned());
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{name}.log")))?;
-        let mut child = Command::new(std::env::current_exe()?)
-            .args(["run", "--worker"])
-            .arg(worker)
-            .arg(connector)
-            .env("MSSQL_CDC_SIM_PASSWORD", std::env::var("MSSQL_CDC_SIM_PASSWORD").unwrap_or_else(|_| "Sim-Passw0rd".into()))
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()?;
-        let stdout = child.stdout.take().context("piped stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let line = lines.next().context("the stage printed nothing")??;
-        let metrics = line.strip_prefix("metrics on ").context("a `metrics on` line")?.parse()?;
-        std::thread::spawn(move || for _ in lines {});
-        Ok(Self { child, metrics })
-    }
-
-    fn alive(&self) -> anyhow::Result<()> {
-        let path = format!("/proc/{}/status", self.child.id());
-        let state = std::fs::read_to_string(&path).unwrap_or_default();
-        anyhow::ensure!(state.lines().any(|l| l.starts_with("State:") && !l.contains("zombie")), "a stage process exited: see its log in the bench directory");
-        Ok(())
-    }
-
-    /// `VmRSS` or `VmHWM` (peak) of the process, MB.
-    fn rss_mb(&self, field: &str) -> f64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
-            .map_or(0.0, |kb| kb / 1024.0)
-    }
-
-    /// Its `/metrics` text.
-    fn scrape(&self) -> String {
-        let Ok(mut stream) = TcpStream::connect(self.metrics) else { return String::new() };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let _ = write!(stream, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response);
-        response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, then SIGKILL after 20 s.
-    fn stop(&mut self) {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        self.kill();
-    }
-}
-
-impl Drop for StageProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
+fn stage(worker: &Path, connector: &Path, dir: &Path) -> anyhow::Result<StageProcess> {
+    let name = connector.file_stem().map_or("stage".into(), |s| s.to_string_lossy().into_owned());
+    Ok(StageProcess::spawn(&name, worker, connector, &[], Log::File(dir.join(format!("{name}.log"))))?)
 }
 
 async fn control_row(control_table: &str, silver_url: &str) -> Option<control::ControlRow> {
@@ -404,12 +382,9 @@ fn order_ids(sim: &Simulator) -> Vec<i64> {
 /// The commit times (`cdc.lsn_time_mapping.tran_end_time`, UTC) in `[from, to]`.
 fn commit_times(sim: &Simulator, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
     sim.changes("dbo_orders");
-    let mut session = sim.session();
-    let outcome = sim.execute(&mut session, "SELECT tran_end_time FROM cdc.lsn_time_mapping", &[]);
-    let mut times: Vec<DateTime<Utc>> = outcome
-        .outputs
+    let sets = sim.query("SELECT tran_end_time FROM cdc.lsn_time_mapping").unwrap_or_default();
+    let mut times: Vec<DateTime<Utc>> = sets
         .iter()
-        .filter_map(|o| if let Output::Rows(set) = o { Some(set) } else { None })
         .flat_map(|set| set.rows.iter())
         .filter_map(|row| if let Some(Value::DateTime(t)) = row.first() { Some(t.and_utc()) } else { None })
         .filter(|t| *t >= from && *t <= to)
@@ -440,7 +415,7 @@ async fn kafka_round_trips(kafka: &KafkaConfig, count: usize) -> anyhow::Result<
     use rdkafka::Message;
 
     let topic = format!("bench.latency.{}", uuid::Uuid::new_v4());
-    let admin = mssql_cdc::source::mssql::publish::Publisher::new(kafka, &Default::default(), "bench-latency")?;
+    let admin = mssql_cdc_source::publish::Publisher::new(kafka, &Default::default(), "bench-latency")?;
     admin.ensure_topics(&topic, 1, &format!("{topic}.control")).await?;
     drop(admin);
     let kafka = kafka.clone();

@@ -11,10 +11,10 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake::datafusion::prelude::SessionContext;
 use deltalake::parquet::file::properties::WriterProperties;
 use deltalake::protocol::SaveMode;
-use mssql_cdc::delta::query::ident;
-use mssql_cdc::delta::storage::Storage;
-use mssql_cdc::delta::table;
-use mssql_cdc::sink::silver::apply::{key_ranges, MAX_KEY_RANGES};
+use mssql_cdc_lake::delta::query::ident;
+use mssql_cdc_lake::delta::storage::Storage;
+use mssql_cdc_lake::delta::table;
+use mssql_cdc_lake::silver::apply::{key_ranges, MAX_KEY_RANGES};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use mssql_cdc::broker::{self, BrokerOptions};
-use mssql_cdc::telemetry::{http, metrics, Health};
+use mssql_cdc_core::telemetry::{http, metrics, Health};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 

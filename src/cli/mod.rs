@@ -21,7 +21,7 @@ mod validate;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mssql_cdc::telemetry::{logging, LogFormat};
+use mssql_cdc_core::telemetry::{logging, LogFormat};
 
 /// Change data capture from SQL Server to Kafka and Delta Lake.
 #[derive(Debug, Parser)]

@@ -4,9 +4,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use mssql_cdc::config::{ConnectorConfig, WorkerConfig};
-use mssql_cdc::stage::StageContext;
-use mssql_cdc::telemetry::{http, metrics, Health};
+use mssql_cdc::connectors::ConnectorConfig;
+use mssql_cdc_core::config::WorkerConfig;
+use mssql_cdc_core::stage::supervisor::supervise;
+use mssql_cdc_core::stage::StageContext;
+use mssql_cdc_core::telemetry::{http, metrics, Health};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
@@ -53,15 +55,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let Some(worker) = worker.filter(|_| problems == 0) else {
         return Ok(ExitCode::from(EXIT_PROBLEMS));
     };
-    let mut stages = Vec::new();
-    for connector in connectors {
-        let context = StageContext { name: connector.name.clone(), worker: worker.clone() };
-        match connector.options.build(&context) {
-            Ok(stage) => stages.push((connector.name, stage)),
-            Err(error) => {
-                eprintln!("error: {error}");
-                return Ok(ExitCode::from(EXIT_STAGE_FAILED));
-            }
+    // Building checks what needs no network (secrets, formats) before anything starts; the
+    // supervisor builds each stage again for every retry.
+    for connector in &connectors {
+        let context = StageContext::new(&connector.name, worker.clone());
+        if let Err(error) = connector.options.clone().build(&context) {
+            eprintln!("error: {error}");
+            return Ok(ExitCode::from(EXIT_STAGE_FAILED));
         }
     }
 
@@ -72,9 +72,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     println!("metrics on {metrics_address}");
     std::io::stdout().flush()?;
     let mut tasks = tokio::task::JoinSet::new();
-    for (name, stage) in stages {
-        tracing::info!(connector = %name, "starting");
-        tasks.spawn(stage.run(cancel.child_token()));
+    for connector in connectors {
+        tracing::info!(connector = %connector.name, "starting");
+        let context = StageContext::new(&connector.name, worker.clone());
+        let progress = context.progress.clone();
+        let options = connector.options;
+        let build = move || options.clone().build(&context);
+        tasks.spawn(supervise(connector.name, worker.retry.clone(), progress, build, cancel.child_token()));
     }
     health.set_ready(true);
     let mut terminate = signal(SignalKind::terminate())?;
@@ -88,7 +92,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 None => break,
                 Some(Ok(Ok(()))) => {}
                 Some(Ok(Err(error))) => {
-                    tracing::error!(error = %error, "stage stopped");
+                    // The supervisor logged and counted it (StageFailed); this is the summary.
                     eprintln!("error: {error}");
                     failed = true;
                     cancel.cancel();

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use mssql_cdc::broker::{self, BrokerOptions, BrokerStorage, RunningBroker};
-use mssql_cdc::sim::{tds, Simulator};
+use mssql_cdc_sim::{tds, Simulator};
 use tokio_util::sync::CancellationToken;
 
 /// The running broker and TDS server.

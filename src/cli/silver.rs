@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use mssql_cdc::config::ConnectorConfig;
-use mssql_cdc::delta::table::{self, table_url};
-use mssql_cdc::sink::silver::{self, control};
-use mssql_cdc::stage::registry::ConnectorOptions;
+use mssql_cdc::connectors::ConnectorConfig;
+use mssql_cdc_lake::delta::table::{self, table_url};
+use mssql_cdc_lake::silver::{self, control};
+use mssql_cdc::connectors::ConnectorOptions;
 
 use super::table::StorageArgs;
 

@@ -5,15 +5,12 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use mssql_cdc::sim::client::{BlockingClient, ClientConfig};
-use mssql_cdc::sim::workload::{create_orders, SqlClient, Workload, WorkloadOptions};
-use mssql_cdc::sim::{tds, LocalClient, ServerZone, SimConfig, Simulator};
+use mssql_cdc_sim::client::{password_from_env, BlockingClient, ClientConfig, DEFAULT_PASSWORD};
+use mssql_cdc_sim::workload::{create_orders, orders_backlog, SqlClient, Workload, WorkloadOptions};
+use mssql_cdc_sim::{tds, LocalClient, ServerZone, SimConfig, Simulator};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-/// Environment variable holding the simulator's `sa` password (default `Sim-Passw0rd`).
-const PASSWORD_ENV: &str = "MSSQL_CDC_SIM_PASSWORD";
-const DEFAULT_PASSWORD: &str = "Sim-Passw0rd";
 
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
@@ -58,7 +55,7 @@ struct ServerSettings {
 impl ServerSettings {
     fn config(&self) -> anyhow::Result<SimConfig> {
         let zone = ServerZone::parse(&self.zone).ok_or_else(|| anyhow::anyhow!("--zone: unknown time zone `{}` (expected a Windows id or IANA name)", self.zone))?;
-        let password = std::env::var(PASSWORD_ENV).unwrap_or_else(|_| DEFAULT_PASSWORD.to_owned());
+        let password = password_from_env();
         Ok(SimConfig {
             database: self.database.clone(),
             zone,
@@ -106,25 +103,19 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
 async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     use std::time::Instant;
 
-    let sim = Simulator::new(SimConfig::default());
-    let mut setup = LocalClient::new(&sim);
-    create_orders(&mut setup).map_err(|error| anyhow::anyhow!("setup: {error}"))?;
-    let options = WorkloadOptions { rate: 0, changes: args.changes, ..WorkloadOptions::default() };
-    let workload_sim = sim.clone();
-    let report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
+    let changes = args.changes;
+    let (sim, report) = tokio::task::spawn_blocking(move || orders_backlog(changes)).await??;
     println!("workload (in-process, one thread): {} changes, {} transactions in {:.2} s = {:.0} changes/s", report.changes, report.transactions, report.elapsed.as_secs_f64(), report.changes_per_second());
 
     let query = "SELECT * FROM cdc.fn_cdc_get_all_changes_dbo_orders(sys.fn_cdc_get_min_lsn('dbo_orders'), sys.fn_cdc_get_max_lsn(), N'all')";
     let started = Instant::now();
-    let mut session = sim.session();
-    let outcome = sim.execute(&mut session, query, &[]);
-    let local_rows = outcome.outputs.iter().map(|o| if let mssql_cdc::sim::Output::Rows(set) = o { set.rows.len() } else { 0 }).sum::<usize>();
+    let local_rows = sim.query(query).map_err(|error| anyhow::anyhow!("{query}: {error}"))?.iter().map(|set| set.rows.len()).sum::<usize>();
     let local_secs = started.elapsed().as_secs_f64();
 
     let shutdown = CancellationToken::new();
     let address = tds::start(sim.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), shutdown.clone()).await?;
     let config = ClientConfig { address, user: "sa".into(), password: DEFAULT_PASSWORD.into(), database: "sales".into() };
-    let mut client = mssql_cdc::sim::client::connect(&config).await?;
+    let mut client = mssql_cdc_sim::client::connect(&config).await?;
     let started = Instant::now();
     let mut stream = client.simple_query(query).await?;
     let mut rows = 0usize;
@@ -189,7 +180,7 @@ fn workload(args: WorkloadArgs) -> anyhow::Result<ExitCode> {
     let mut client: Box<dyn SqlClient> = match (&local, args.server) {
         (Some(sim), _) => Box::new(LocalClient::new(sim)),
         (None, Some(address)) => {
-            let password = std::env::var(PASSWORD_ENV).unwrap_or_else(|_| DEFAULT_PASSWORD.to_owned());
+            let password = password_from_env();
             let config = ClientConfig { address, user: args.user.clone(), password, database: args.settings.database.clone() };
             Box::new(BlockingClient::connect(&config).map_err(|error| anyhow::anyhow!("connecting to {address}: {error}"))?)
         }

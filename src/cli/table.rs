@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
-use mssql_cdc::delta::storage::Storage;
-use mssql_cdc::delta::table;
+use mssql_cdc_lake::delta::storage::Storage;
+use mssql_cdc_lake::delta::table;
 
 /// `--storage-option KEY=VALUE`, repeatable: delta-rs object-store options (as a connector's
 /// `[storage_options]`); settings not given are read from the environment (`AWS_*`, ...).

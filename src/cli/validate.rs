@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use mssql_cdc::config::{ConnectorConfig, Document, Problem, WorkerConfig};
+use mssql_cdc::connectors::ConnectorConfig;
+use mssql_cdc_core::config::{Document, Problem, WorkerConfig};
 
 /// Exit code when any file has a problem.
 const EXIT_PROBLEMS: u8 = 2;
@@ -43,7 +44,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
                 Ok(format!("connector `{}` ({})", connector.name, connector.kind) + show(args.show, &connector).as_str())
             })
         } else {
-            WorkerConfig::from_document(&document.with_env(mssql_cdc::config::load::WORKER_ENV_PREFIX)).map(|worker| {
+            WorkerConfig::from_document(&document.with_env(mssql_cdc_core::config::load::WORKER_ENV_PREFIX)).map(|worker| {
                 tracing::debug!(file = %shown, worker = ?worker, "worker file valid");
                 "worker".to_owned() + show(args.show, &worker).as_str()
             })

@@ -47,14 +47,41 @@ impl S3Server {
 
     /// delta-rs storage options for this server.
     pub fn options(&self) -> Vec<(&'static str, String)> {
+        self.options_at(&self.endpoint)
+    }
+
+    /// delta-rs storage options for this server reached at `endpoint` (a proxy in front).
+    pub fn options_at(&self, endpoint: &str) -> Vec<(&'static str, String)> {
         vec![
-            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+            ("AWS_ENDPOINT_URL", endpoint.to_owned()),
             ("AWS_ALLOW_HTTP", "true".into()),
             ("AWS_REGION", "us-east-1".into()),
             ("AWS_ACCESS_KEY_ID", "test-key".into()),
             ("AWS_SECRET_ACCESS_KEY", "test-secret-value".into()),
         ]
     }
+}
+
+impl S3Server {
+    /// The address it listens on.
+    pub fn address(&self) -> std::net::SocketAddr {
+        self.endpoint.trim_start_matches("http://").parse().unwrap()
+    }
+
+    /// SIGSTOP: connections are accepted by the kernel but never answered, as a hung server.
+    pub fn freeze(&self) {
+        signal(&self.child, "-STOP");
+    }
+
+    /// SIGCONT after [`Self::freeze`].
+    pub fn thaw(&self) {
+        signal(&self.child, "-CONT");
+    }
+}
+
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+    assert!(status.success(), "kill {signal} {}", child.id());
 }
 
 /// `PUT /<bucket>` (an anonymous CreateBucket); returns the status line.
@@ -68,6 +95,7 @@ fn put_bucket(port: u16, bucket: &str) -> std::io::Result<String> {
 
 impl Drop for S3Server {
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -7,7 +7,7 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Time64MicrosecondType, TimestampMicrosecondType, UInt8Type};
 use chrono::{NaiveDate, NaiveTime};
-use mssql_cdc::sim::{ResultSet, Value};
+use mssql_cdc_sim::{ResultSet, Value};
 
 /// How silver compares with the source table.
 #[derive(Debug, Default, PartialEq)]
@@ -170,8 +170,8 @@ mod tests {
 
     use arrow::array::{Decimal128Array, Int64Array, StringArray};
     use arrow::datatypes::{Field, Schema};
-    use mssql_cdc::sim::sql::ColumnMeta;
-    use mssql_cdc::sim::types::SqlType;
+    use mssql_cdc_sim::sql::ColumnMeta;
+    use mssql_cdc_sim::types::SqlType;
 
     use super::*;
 

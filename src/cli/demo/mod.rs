@@ -11,7 +11,6 @@
 mod check;
 mod view;
 
-pub(super) use view::sum_metric;
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -23,19 +22,21 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mssql_cdc::broker::BrokerStorage;
-use mssql_cdc::config::load::Document;
-use mssql_cdc::config::secret::{Secret, SecretString};
-use mssql_cdc::config::{ConnectorConfig, WorkerConfig};
-use mssql_cdc::delta::table;
-use mssql_cdc::kafka::KafkaConfig;
-use mssql_cdc::lsn::Lsn;
-use mssql_cdc::sim::workload::{create_orders, Workload, WorkloadOptions};
-use mssql_cdc::sim::{LocalClient, Output, SimConfig, Simulator, Value};
-use mssql_cdc::sink::silver::control;
-use mssql_cdc::source::mssql::config::ConnectionString;
-use mssql_cdc::stage::registry::ConnectorOptions;
-use mssql_cdc::stage::StageContext;
-use mssql_cdc::telemetry::{http, metrics, Health};
+use mssql_cdc_core::config::load::Document;
+use mssql_cdc_core::config::secret::{Secret, SecretString};
+use mssql_cdc::connectors::ConnectorConfig;
+use mssql_cdc_core::config::WorkerConfig;
+use mssql_cdc_lake::delta::table;
+use mssql_cdc_core::kafka::KafkaConfig;
+use mssql_cdc_types::lsn::Lsn;
+use mssql_cdc_sim::workload::{create_orders, Workload, WorkloadOptions};
+use mssql_cdc_sim::{LocalClient, SimConfig, Simulator, Value};
+use mssql_cdc_lake::silver::control;
+use mssql_cdc_source::config::ConnectionString;
+use mssql_cdc::connectors::ConnectorOptions;
+use mssql_cdc_core::stage::supervisor::supervise;
+use mssql_cdc_core::stage::StageContext;
+use mssql_cdc_core::telemetry::{http, metrics, Health};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
@@ -51,8 +52,6 @@ const CONNECTORS: &[(&str, &str)] = &[
 const DATA_DIR: &str = "demo-data";
 /// A file marking a directory as the demo's, so a rerun may clear it.
 const MARKER: &str = ".mssql-cdc-demo";
-/// Environment variable holding the simulator's `sa` password (default `Sim-Passw0rd`).
-const PASSWORD_ENV: &str = "MSSQL_CDC_SIM_PASSWORD";
 /// Exit code when silver does not equal the simulator's table.
 const EXIT_DIFFERENT: u8 = 1;
 
@@ -79,7 +78,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let handle = metrics::install();
     let metrics_address = http::serve(args.metrics_listen, handle.clone(), health.clone(), shutdown.clone()).await?;
 
-    let password = std::env::var(PASSWORD_ENV).unwrap_or_else(|_| "Sim-Passw0rd".to_owned());
+    let password = mssql_cdc_sim::client::password_from_env();
     let sim = Simulator::new(SimConfig { logins: vec![("sa".to_owned(), password.clone())], ..SimConfig::default() });
     let _jobs = sim.spawn_jobs(Duration::from_millis(100));
     create_orders(&mut LocalClient::new(&sim)).map_err(|error| anyhow::anyhow!("creating dbo.orders: {error}"))?;
@@ -90,29 +89,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("simulator (SQL Server over TDS) on {sim_address}; broker on {broker_address}; metrics on http://{metrics_address}/metrics");
     println!("stages from connectors/demo/ (source, bronze, silver); tables under ./{DATA_DIR}/lake/");
 
-    let worker = WorkerConfig { kafka: KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() }, ..WorkerConfig::default() };
     let stages_cancel = CancellationToken::new();
-    let mut stages = tokio::task::JoinSet::new();
-    let mut silver = None;
-    for (origin, text) in CONNECTORS {
-        let mut connector = ConnectorConfig::from_document(Document::parse(origin, text)?)
-            .map_err(|problems| anyhow::anyhow!("{origin}: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
-        match &mut connector.options {
-            // The simulator's port is chosen at start, and its password is the demo's.
-            ConnectorOptions::MssqlSource(options) => {
-                options.connection_string = Some(ConnectionString(format!("Server=127.0.0.1,{};Database=sales", sim_address.port())));
-                options.password = Some(Secret::Inline(SecretString::new(password.clone())));
-            }
-            ConnectorOptions::DeltaSilver(options) => {
-                silver = Some((options.target.clone().context("silver target")?, options.control_table.clone().context("silver control_table")?));
-            }
-            ConnectorOptions::DeltaBronze(_) => {}
-        }
-        let context = StageContext { name: connector.name.clone(), worker: worker.clone() };
-        let stage = connector.options.build(&context).map_err(|error| anyhow::anyhow!("{origin}: {error}"))?;
-        stages.spawn(stage.run(stages_cancel.child_token()));
-    }
-    let (silver_table, control_table) = silver.context("connectors/demo has a delta-silver connector")?;
+    let (mut stages, (silver_table, control_table)) = start_stages(sim_address, broker_address, &password, &stages_cancel)?;
     health.set_ready(true);
 
     // The workload, on its own thread, until told to stop.
@@ -184,14 +162,23 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     shutdown.cancel();
     services.stop().await;
 
-    let seconds = started.elapsed().as_secs_f64();
+    print_summary(started.elapsed(), catch_up.elapsed(), &report, &last, &live.verdict);
+    if !caught_up {
+        println!("silver did not reach LSN {target} within {} s", args.catch_up_timeout);
+    }
+    Ok(print_check(&compared))
+}
+
+/// The demo's closing summary: what each stage did, and the verdict.
+fn print_summary(elapsed: Duration, catching_up: Duration, report: &mssql_cdc_sim::workload::WorkloadReport, last: &view::Reading, verdict: &Verdict) {
+    let seconds = elapsed.as_secs_f64();
     println!();
-    println!("summary after {seconds:.0} s ({} s to catch up):", catch_up.elapsed().as_secs());
+    println!("summary after {seconds:.0} s ({} s to catch up):", catching_up.as_secs());
     println!("  workload  {} changes in {} transactions ({:.0} changes/s)", report.changes, report.transactions, report.changes_per_second());
     println!("  source    {} rows in {} batches", view::thousands(last.source_rows), view::thousands(last.source_batches));
     println!("  bronze    {} rows in {} batches", view::thousands(last.bronze_rows), view::thousands(last.bronze_batches));
     println!("  silver    {} changes applied from {} batches", view::thousands(last.silver_changes), view::thousands(last.silver_batches));
-    if let Some(row) = &live.verdict.row {
+    if let Some(row) = &verdict.row {
         println!(
             "  verdict   finalized_until {} (end commit {}, LSN {})",
             row.finalized_until.map_or("none".to_owned(), |t| t.to_rfc3339()),
@@ -199,16 +186,17 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             row.end_lsn.as_deref().unwrap_or("none")
         );
     }
-    if !caught_up {
-        println!("silver did not reach LSN {target} within {} s", args.catch_up_timeout);
-    }
+}
+
+/// Prints whether silver equals the simulator's table; the exit code that says it.
+fn print_check(compared: &check::Comparison) -> ExitCode {
     if compared.equal() {
         println!(
             "check: silver equals dbo.orders: {} rows, {} columns compared",
             compared.source_rows, compared.columns
         );
         println!("tables: ./{DATA_DIR}/lake/ (bronze/orders, silver/orders, ops/facts, ops/finalization)");
-        Ok(ExitCode::SUCCESS)
+        ExitCode::SUCCESS
     } else {
         println!(
             "check: silver DIFFERS from dbo.orders: {} rows differ ({} missing from silver, {} extra, {} with other values); {} rows in dbo.orders, {} in silver{}",
@@ -223,12 +211,45 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         for example in &compared.examples {
             println!("  {example}");
         }
-        Ok(ExitCode::from(EXIT_DIFFERENT))
+        ExitCode::from(EXIT_DIFFERENT)
     }
 }
 
+/// The running stages of the demo, and silver's (table, control table).
+type Stages = (tokio::task::JoinSet<Result<(), mssql_cdc_core::stage::StageError>>, (String, String));
+
+/// Builds the three stages from `connectors/demo/` (the simulator's port and password filled
+/// in) and starts each under the supervisor.
+fn start_stages(sim_address: SocketAddr, broker_address: SocketAddr, password: &str, cancel: &CancellationToken) -> anyhow::Result<Stages> {
+    let worker = WorkerConfig { kafka: KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() }, ..WorkerConfig::default() };
+    let mut stages = tokio::task::JoinSet::new();
+    let mut silver = None;
+    for (origin, text) in CONNECTORS {
+        let mut connector = ConnectorConfig::from_document(Document::parse(origin, text)?)
+            .map_err(|problems| anyhow::anyhow!("{origin}: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
+        match &mut connector.options {
+            // The simulator's port is chosen at start, and its password is the demo's.
+            ConnectorOptions::MssqlSource(options) => {
+                options.connection_string = Some(ConnectionString(format!("Server=127.0.0.1,{};Database=sales", sim_address.port())));
+                options.password = Some(Secret::Inline(SecretString::new(password.to_owned())));
+            }
+            ConnectorOptions::DeltaSilver(options) => {
+                silver = Some((options.target.clone().context("silver target")?, options.control_table.clone().context("silver control_table")?));
+            }
+            ConnectorOptions::DeltaBronze(_) => {}
+        }
+        let context = StageContext::new(&connector.name, worker.clone());
+        connector.options.clone().build(&context).map_err(|error| anyhow::anyhow!("{origin}: {error}"))?;
+        let progress = context.progress.clone();
+        let options = connector.options;
+        let build = move || options.clone().build(&context);
+        stages.spawn(supervise(connector.name, worker.retry.clone(), progress, build, cancel.child_token()));
+    }
+    Ok((stages, silver.context("connectors/demo has a delta-silver connector")?))
+}
+
 /// Cancels the stages and waits for them (10 s at most), reporting errors.
-async fn stop_stages(cancel: &CancellationToken, stages: &mut tokio::task::JoinSet<Result<(), mssql_cdc::stage::StageError>>) {
+async fn stop_stages(cancel: &CancellationToken, stages: &mut tokio::task::JoinSet<Result<(), mssql_cdc_core::stage::StageError>>) {
     cancel.cancel();
     let waited = tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(joined) = stages.join_next().await {
@@ -262,28 +283,23 @@ fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
 /// `sys.fn_cdc_get_max_lsn()` of the simulator, after a capture pass.
 fn max_lsn(sim: &Simulator) -> Option<Lsn> {
     sim.changes("dbo_orders");
-    let mut session = sim.session();
-    let outcome = sim.execute(&mut session, "SELECT sys.fn_cdc_get_max_lsn()", &[]);
-    outcome.outputs.into_iter().find_map(|output| match output {
-        Output::Rows(set) => match set.rows.first()?.first()? {
-            Value::Binary(bytes) => Lsn::from_bytes(bytes),
-            _ => None,
-        },
+    let sets = sim.query("SELECT sys.fn_cdc_get_max_lsn()").ok()?;
+    match sets.first()?.rows.first()?.first()? {
+        Value::Binary(bytes) => Lsn::from_bytes(bytes),
         _ => None,
-    })
+    }
 }
 
 /// Silver read back through DataFusion, compared with `SELECT * FROM dbo.orders`.
 async fn compare_silver(sim: &Simulator, silver_table: &str) -> anyhow::Result<check::Comparison> {
-    let mut session = sim.session();
-    let outcome = sim.execute(&mut session, "SELECT * FROM dbo.orders", &[]);
-    let source = outcome
-        .outputs
+    let source = sim
+        .query("SELECT * FROM dbo.orders")
+        .map_err(|error| anyhow::anyhow!("SELECT * FROM dbo.orders: {error}"))?
         .into_iter()
-        .find_map(|o| if let Output::Rows(set) = o { Some(set) } else { None })
+        .next()
         .context("SELECT * FROM dbo.orders returned no rows set")?;
     let batches = match table::open(silver_table, &Default::default()).await? {
-        Some(table) => mssql_cdc::delta::query::query(&[("silver", &table)], "SELECT * FROM silver").await?,
+        Some(table) => mssql_cdc_lake::delta::query::query(&[("silver", &table)], "SELECT * FROM silver").await?,
         None => Vec::new(),
     };
     check::compare(&source, &batches, "order_id").map_err(|e| anyhow::anyhow!(e))

@@ -5,29 +5,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use mssql_cdc::telemetry::metrics as m;
-
-/// The sum over every label set of the samples of `name` in Prometheus text (counters and
-/// gauges; `None` when no sample exists yet).
-pub fn sum_metric(text: &str, name: &str) -> Option<f64> {
-    let mut total = None;
-    for line in text.lines() {
-        if line.starts_with('#') {
-            continue;
-        }
-        let Some(rest) = line.strip_prefix(name) else { continue };
-        // The name must end here: `name{...} v` or `name v`, not `name_suffix v`.
-        let value = match rest.chars().next() {
-            Some('{') => rest.rsplit_once('}').map(|(_, value)| value),
-            Some(' ') => Some(rest),
-            _ => None,
-        };
-        if let Some(value) = value.and_then(|v| v.trim().parse::<f64>().ok()) {
-            *total.get_or_insert(0.0) += value;
-        }
-    }
-    total
-}
+use mssql_cdc_core::telemetry::metrics as m;
+use mssql_cdc_testkit::metrics::sum as sum_metric;
 
 /// One reading of the metrics the view shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -121,20 +100,6 @@ pub fn thousands(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const TEXT: &str = "# TYPE mssql_cdc_source_rows_total counter\n\
-        mssql_cdc_source_rows_total{capture_instance=\"dbo_orders\"} 120\n\
-        mssql_cdc_source_rows_total{capture_instance=\"dbo_items\"} 30\n\
-        mssql_cdc_source_rows_total_extra 99\n\
-        mssql_cdc_bronze_rows_total 7\n";
-
-    /// The view sums a metric over its label sets and never mistakes a longer name for it.
-    #[test]
-    fn metrics_are_summed_over_labels_by_exact_name() {
-        assert_eq!(sum_metric(TEXT, "mssql_cdc_source_rows_total"), Some(150.0));
-        assert_eq!(sum_metric(TEXT, "mssql_cdc_bronze_rows_total"), Some(7.0));
-        assert_eq!(sum_metric(TEXT, "mssql_cdc_silver_changes_total"), None);
-    }
 
     /// Rates are the counter's growth over the interval, never negative.
     #[test]

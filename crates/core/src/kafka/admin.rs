@@ -1,0 +1,43 @@
+//! Topic administration: create topics when they are missing, as Kafka Connect does for its
+//! own topics. One function for the source's data and control topics, the bronze sink's
+//! dead-letter topic and the test kit.
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::{ClientError, KafkaConfig};
+
+/// Creating topics failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The client could not be configured.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The request failed (broker unreachable, timeout).
+    #[error("creating topics: {0}")]
+    Request(#[from] KafkaError),
+    /// The broker refused a topic.
+    #[error("creating topic `{topic}`: {code}")]
+    Refused {
+        /// The topic.
+        topic: String,
+        /// The broker's answer.
+        code: RDKafkaErrorCode,
+    },
+}
+
+/// Creates each `(topic, partitions)` that does not exist yet, with the broker's default
+/// replication; existing topics are left as they are.
+pub async fn ensure_topics(kafka: &KafkaConfig, topics: &[(&str, i32)]) -> Result<(), AdminError> {
+    let admin: AdminClient<DefaultClientContext> = kafka.client_config()?.create()?;
+    let requests: Vec<NewTopic<'_>> = topics.iter().map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(-1))).collect();
+    for result in admin.create_topics(&requests, &AdminOptions::new()).await? {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => return Err(AdminError::Refused { topic, code }),
+        }
+    }
+    Ok(())
+}

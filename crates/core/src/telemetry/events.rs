@@ -1,0 +1,257 @@
+//! Instrumentation events: each one logs and updates its metrics in a single `emit` call, so a
+//! log line and its counter never disagree.
+
+use std::net::SocketAddr;
+
+use std::time::Duration;
+
+use super::metrics::{BROKER_TLS_CONNECTIONS_TOTAL, BROKER_TLS_HANDSHAKE_FAILURES_TOTAL, STAGE_FAILURES_TOTAL, STAGE_RETRIES_TOTAL};
+
+// Each event below logs and updates its metrics in one `emit`; `register*` zero-initialises
+// counters when a stage starts, so every declared metric is exported from the start.
+
+/// A client completed a TLS handshake with the embedded broker.
+pub struct TlsConnectionAccepted {
+    /// The client's address.
+    pub peer: SocketAddr,
+}
+
+impl TlsConnectionAccepted {
+    /// Logs at debug and counts the connection.
+    pub fn emit(self) {
+        tracing::debug!(peer = %self.peer, "TLS connection accepted");
+        metrics::counter!(BROKER_TLS_CONNECTIONS_TOTAL).increment(1);
+    }
+}
+
+/// A client's TLS handshake with the embedded broker failed.
+pub struct TlsHandshakeFailed<'a> {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// Why it failed.
+    pub error: &'a std::io::Error,
+}
+
+impl TlsHandshakeFailed<'_> {
+    /// Logs a warning and counts the failure.
+    pub fn emit(self) {
+        tracing::warn!(peer = %self.peer, error = %self.error, "TLS handshake failed");
+        metrics::counter!(BROKER_TLS_HANDSHAKE_FAILURES_TOTAL).increment(1);
+    }
+}
+
+/// A stage failed transiently and will be started again after a wait.
+pub struct StageRetrying<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The failure.
+    pub error: &'a (dyn std::error::Error + 'static),
+    /// The retry this is within the streak (1 for the first).
+    pub attempt: u32,
+    /// The wait before it.
+    pub wait: Duration,
+}
+
+impl StageRetrying<'_> {
+    /// Logs a warning (one per failure, not per batch) and counts the retry.
+    pub fn emit(self) {
+        tracing::warn!(connector = %self.connector, error = %self.error, attempt = self.attempt, wait_ms = self.wait.as_millis() as u64, "stage failed transiently; retrying");
+        metrics::counter!(STAGE_RETRIES_TOTAL, "connector" => self.connector.to_owned()).increment(1);
+    }
+}
+
+/// A stage stopped with an error: fatal, or transient past the retry budget.
+pub struct StageFailed<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The error the stage stopped with.
+    pub error: &'a (dyn std::error::Error + 'static),
+}
+
+impl StageFailed<'_> {
+    /// Logs an error and counts the failure.
+    pub fn emit(self) {
+        tracing::error!(connector = %self.connector, error = %self.error, "stage stopped");
+        metrics::counter!(STAGE_FAILURES_TOTAL, "connector" => self.connector.to_owned()).increment(1);
+    }
+}
+
+/// The source published a batch's control record.
+pub struct SourceBatchPublished<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The capture instance.
+    pub capture_instance: &'a str,
+    /// The batch id.
+    pub batch_id: u64,
+    /// The batch's LSN range.
+    pub from_lsn: &'a dyn std::fmt::Display,
+    /// Its end.
+    pub to_lsn: &'a dyn std::fmt::Display,
+    /// Commits in the batch.
+    pub commits: u64,
+    /// Change rows published.
+    pub rows: u64,
+    /// Bytes of data records published.
+    pub bytes: u64,
+    /// From planning to the control record's acknowledgement.
+    pub duration: Duration,
+    /// Server clock minus the newest harvested commit, seconds.
+    pub capture_lag_seconds: Option<f64>,
+    /// Hours until cleanup may purge the oldest unpublished change.
+    pub retention_headroom_hours: Option<f64>,
+    /// The published position as a monotonic number.
+    pub position: f64,
+}
+
+impl SourceBatchPublished<'_> {
+    /// Logs at debug and updates the source's counters and gauges.
+    pub fn emit(self) {
+        use super::metrics::*;
+        tracing::debug!(connector = %self.connector, capture_instance = %self.capture_instance, batch_id = self.batch_id, from_lsn = %self.from_lsn, to_lsn = %self.to_lsn, rows = self.rows, commits = self.commits, "batch published");
+        let labels = [("connector", self.connector.to_owned()), ("capture_instance", self.capture_instance.to_owned())];
+        metrics::counter!(SOURCE_ROWS_TOTAL, &labels).increment(self.rows);
+        metrics::counter!(SOURCE_BYTES_TOTAL, &labels).increment(self.bytes);
+        metrics::counter!(SOURCE_BATCHES_TOTAL, &labels).increment(1);
+        metrics::histogram!(SOURCE_BATCH_DURATION_SECONDS, &labels).record(self.duration.as_secs_f64());
+        if let Some(lag) = self.capture_lag_seconds {
+            metrics::gauge!(SOURCE_CAPTURE_LAG_SECONDS, &labels).set(lag);
+        }
+        if let Some(headroom) = self.retention_headroom_hours {
+            metrics::gauge!(SOURCE_RETENTION_HEADROOM_HOURS, &labels).set(headroom);
+        }
+        metrics::gauge!(SOURCE_POSITION_LSN, &labels).set(self.position);
+    }
+}
+
+/// The source hit a transient SQL Server error and retries the batch on a new connection.
+pub struct SourceSqlRetrying<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The capture instance.
+    pub capture_instance: &'a str,
+    /// The error.
+    pub error: &'a (dyn std::error::Error + 'static),
+    /// Attempts in this outage.
+    pub attempt: u32,
+    /// The wait before the next one.
+    pub wait: Duration,
+}
+
+impl SourceSqlRetrying<'_> {
+    /// Logs a warning and counts the retry.
+    pub fn emit(self) {
+        tracing::warn!(connector = %self.connector, capture_instance = %self.capture_instance, error = %self.error, attempt = self.attempt, backoff_ms = self.wait.as_millis() as u64, "transient SQL Server error; retrying the batch on a new connection");
+        let labels = [("connector", self.connector.to_owned()), ("capture_instance", self.capture_instance.to_owned())];
+        metrics::counter!(super::metrics::SOURCE_RETRIES_TOTAL, &labels).increment(1);
+    }
+}
+
+/// The bronze sink finished a batch (data and facts written, or found written).
+pub struct BronzeBatchWritten<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The sink's `app_id`.
+    pub app_id: &'a str,
+    /// The batch id.
+    pub batch_id: u64,
+    /// Rows appended to bronze (0 when the batch was already there).
+    pub rows: u64,
+    /// Records sent to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Time to write the batch.
+    pub duration: Duration,
+    /// Control records behind the control topic's end, when known.
+    pub behind: Option<i64>,
+}
+
+impl BronzeBatchWritten<'_> {
+    /// Registers the sink's counters at zero, so dashboards see them before the first batch.
+    pub fn register(connector: &str, app_id: &str) {
+        use super::metrics::*;
+        register(&[BRONZE_BATCHES_TOTAL, BRONZE_ROWS_TOTAL, BRONZE_DEAD_LETTERED_TOTAL], &[("connector", connector), ("app_id", app_id)]);
+    }
+
+    /// Logs at debug and updates the sink's metrics.
+    pub fn emit(self) {
+        use super::metrics::*;
+        tracing::debug!(connector = %self.connector, app_id = %self.app_id, batch_id = self.batch_id, rows = self.rows, dead_lettered = self.dead_lettered, "bronze batch written");
+        let labels = [("connector", self.connector.to_owned()), ("app_id", self.app_id.to_owned())];
+        metrics::counter!(BRONZE_BATCHES_TOTAL, &labels).increment(1);
+        metrics::counter!(BRONZE_ROWS_TOTAL, &labels).increment(self.rows);
+        metrics::counter!(BRONZE_DEAD_LETTERED_TOTAL, &labels).increment(self.dead_lettered);
+        metrics::histogram!(BRONZE_COMMIT_DURATION_SECONDS, &labels).record(self.duration.as_secs_f64());
+        if let Some(behind) = self.behind {
+            metrics::gauge!(BRONZE_RECORDS_BEHIND, &labels).set(behind as f64);
+        }
+    }
+}
+
+/// Silver applied a run of bronze batches and advanced its control row.
+pub struct SilverApplied<'a> {
+    /// The connector (`apply` for the one-shot command).
+    pub connector: &'a str,
+    /// The silver table.
+    pub table: &'a str,
+    /// Bronze batches applied, heartbeats included.
+    pub batches: u64,
+    /// The last batch applied.
+    pub last_batch: i64,
+    /// Bronze change rows read.
+    pub changes: u64,
+    /// Silver rows inserted, updated and deleted.
+    pub inserted: u64,
+    /// Updated.
+    pub updated: u64,
+    /// Deleted.
+    pub deleted: u64,
+    /// Time of the step.
+    pub duration: Duration,
+    /// Now minus `finalized_until`, seconds, when there is a verdict.
+    pub verdict_age_seconds: Option<f64>,
+}
+
+impl SilverApplied<'_> {
+    /// Registers the stage's counters at zero, so dashboards see them before the first apply.
+    pub fn register(connector: &str, table: &str) {
+        use super::metrics::*;
+        let names = [SILVER_BATCHES_TOTAL, SILVER_CHANGES_TOTAL, SILVER_ROWS_INSERTED_TOTAL, SILVER_ROWS_UPDATED_TOTAL, SILVER_ROWS_DELETED_TOTAL];
+        register(&names, &[("connector", connector), ("table", table)]);
+    }
+
+    /// Logs at debug and updates the stage's metrics.
+    pub fn emit(self) {
+        use super::metrics::*;
+        tracing::debug!(connector = %self.connector, table = %self.table, batches = self.batches, last_batch = self.last_batch, changes = self.changes, inserted = self.inserted, updated = self.updated, deleted = self.deleted, "silver applied");
+        let labels = [("connector", self.connector.to_owned()), ("table", self.table.to_owned())];
+        metrics::counter!(SILVER_BATCHES_TOTAL, &labels).increment(self.batches);
+        metrics::counter!(SILVER_CHANGES_TOTAL, &labels).increment(self.changes);
+        metrics::counter!(SILVER_ROWS_INSERTED_TOTAL, &labels).increment(self.inserted);
+        metrics::counter!(SILVER_ROWS_UPDATED_TOTAL, &labels).increment(self.updated);
+        metrics::counter!(SILVER_ROWS_DELETED_TOTAL, &labels).increment(self.deleted);
+        metrics::histogram!(SILVER_APPLY_DURATION_SECONDS, &labels).record(self.duration.as_secs_f64());
+        if let Some(age) = self.verdict_age_seconds {
+            metrics::gauge!(SILVER_VERDICT_AGE_SECONDS, &labels).set(age);
+        }
+    }
+}
+
+/// Counters `names` with `labels`, at zero (a counter exported before its first event lets
+/// `rate()` and alerts see it from the start).
+fn register(names: &[&'static str], labels: &[(&'static str, &str)]) {
+    let labels: Vec<(&'static str, String)> = labels.iter().map(|(key, value)| (*key, (*value).to_owned())).collect();
+    for name in names {
+        metrics::counter!(*name, &labels).increment(0);
+    }
+}
+
+/// Registers a stage's retry and failure counters at zero.
+pub fn register_stage(connector: &str) {
+    register(&[STAGE_RETRIES_TOTAL, STAGE_FAILURES_TOTAL], &[("connector", connector)]);
+}
+
+/// Registers a source stream's counters at zero.
+pub fn register_source(connector: &str, capture_instance: &str) {
+    use super::metrics::*;
+    register(&[SOURCE_ROWS_TOTAL, SOURCE_BYTES_TOTAL, SOURCE_BATCHES_TOTAL, SOURCE_RETRIES_TOTAL], &[("connector", connector), ("capture_instance", capture_instance)]);
+}

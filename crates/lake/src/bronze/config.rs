@@ -1,0 +1,112 @@
+//! [`BronzeOptions`]: the options of a `delta-bronze` connector file.
+
+
+use serde::{Deserialize, Serialize};
+
+use mssql_cdc_core::config::problem::Problems;
+use crate::delta::location::check_location;
+use crate::delta::storage::StorageOptions;
+use mssql_cdc_core::kafka::config::Properties;
+use mssql_cdc_core::log::format::{validate_format, RecordFormat, SchemaRegistryConfig};
+use mssql_cdc_core::log::topic::check_topic;
+use mssql_cdc_core::stage::ConnectorKind;
+
+/// Options of `delta-bronze`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BronzeOptions {
+    /// The data topic to follow, `<topic_prefix>.<database>.<schema>.<table>`. Required.
+    pub topic: Option<String>,
+    /// Its control topic. Default `<topic>.control`.
+    pub control_topic: Option<String>,
+    /// The bronze table: a local path or an `s3://`, `gs://`, `az://` URL. Required.
+    pub target: Option<String>,
+    /// The writer's identity in the Delta `txn` actions; one per feed and table. Required.
+    pub app_id: Option<String>,
+    /// The facts table (one row per batch and event). Default: no facts.
+    pub facts_table: Option<String>,
+    /// Object-store settings for `target` and `facts_table` (the `[storage_options]` table):
+    /// delta-rs option names such as `AWS_REGION`, values a string, `{ env = "VAR" }` or
+    /// `{ file = "/path" }`. Default: none (delta-rs reads `AWS_*`, `AZURE_*`, `GOOGLE_*` from
+    /// the environment).
+    pub storage_options: StorageOptions,
+    /// Encoding of data records: `json` (default) or `avro`.
+    pub format: RecordFormat,
+    /// Schema registry, required with `format = "avro"`.
+    pub schema_registry: Option<SchemaRegistryConfig>,
+    /// librdkafka consumer properties passed through.
+    pub consumer_properties: Properties,
+    /// What to do with a record that cannot be decoded (the `[errors]` table).
+    pub errors: ErrorsConfig,
+}
+
+/// Handling of undecodable records, as Kafka Connect's `errors.*` settings.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ErrorsConfig {
+    /// `none` (default): stop, naming topic, partition and offset. `all`: send the record to
+    /// `dead_letter_topic` and go on.
+    pub tolerance: Tolerance,
+    /// Where undecodable records go with `tolerance = "all"` (required then).
+    pub dead_letter_topic: Option<String>,
+}
+
+/// Kafka Connect's `errors.tolerance`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Tolerance {
+    /// Stop at the first bad record.
+    #[default]
+    None,
+    /// Dead-letter bad records and continue.
+    All,
+}
+
+impl ConnectorKind for BronzeOptions {
+    const KIND: &'static str = "delta-bronze";
+    const SUMMARY: &'static str = "Kafka to a bronze Delta table and the facts table, exactly once";
+
+    fn build(self, context: &mssql_cdc_core::stage::StageContext) -> Result<Box<dyn mssql_cdc_core::stage::Stage>, mssql_cdc_core::stage::StageError> {
+        Ok(Box::new(super::BronzeSink::new(self, context)))
+    }
+
+    fn validate(&self, problems: &mut Problems) {
+        check_topic(problems, "topic", self.topic.as_deref(), true);
+        check_topic(problems, "control_topic", self.control_topic.as_deref(), false);
+        check_topic(problems, "errors.dead_letter_topic", self.errors.dead_letter_topic.as_deref(), false);
+        check_location(problems, "target", self.target.as_deref(), true);
+        check_location(problems, "facts_table", self.facts_table.as_deref(), false);
+        self.storage_options.validate(problems, "storage_options");
+        match &self.app_id {
+            None => problems.missing("app_id", "a stable writer id such as \"orders-bronze-v1\""),
+            Some(app_id) if app_id.trim().is_empty() || app_id.contains('#') => {
+                problems.invalid("app_id", "not an app id", "a non-empty string without '#'")
+            }
+            Some(_) => {}
+        }
+        validate_format(self.format, self.schema_registry.as_ref(), problems);
+        if self.errors.tolerance == Tolerance::All && self.errors.dead_letter_topic.is_none() {
+            problems.missing("errors.dead_letter_topic", "a topic for undecodable records, since errors.tolerance = \"all\"");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerance_all_needs_a_dead_letter_topic() {
+        let options = BronzeOptions {
+            topic: Some("cdc.db.dbo.orders".into()),
+            target: Some("./bronze".into()),
+            app_id: Some("orders".into()),
+            errors: ErrorsConfig { tolerance: Tolerance::All, dead_letter_topic: None },
+            ..BronzeOptions::default()
+        };
+        let mut problems = Problems::under("");
+        options.validate(&mut problems);
+        let keys: Vec<String> = problems.into_vec().into_iter().map(|problem| problem.key).collect();
+        assert_eq!(keys, vec!["errors.dead_letter_topic"]);
+    }
+}

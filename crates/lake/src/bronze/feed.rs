@@ -1,0 +1,247 @@
+//! The Kafka side of the bronze sink: follow the control topic in order, read exactly the data
+//! records a control record names, dead-letter undecodable records, and commit the control
+//! offset to the consumer group (for lag tools only: the Delta `txn` versions are the
+//! checkpoint).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use super::error::BronzeError;
+use super::records::DataRecord;
+use mssql_cdc_core::kafka::config::Properties;
+use mssql_cdc_core::kafka::KafkaConfig;
+use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
+
+/// How long a named record may take to arrive before the batch is declared incomplete.
+const RANGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a sink started before its topics exist looks for them again.
+const TOPIC_POLL: Duration = Duration::from_millis(500);
+
+fn kafka(error: impl std::fmt::Display) -> BronzeError {
+    BronzeError::Kafka(error.to_string())
+}
+
+/// Consumers of one feed.
+pub struct Feed {
+    control: BaseConsumer,
+    data: BaseConsumer,
+    dead_letters: Option<(ThreadedProducer<DefaultProducerContext>, String)>,
+    control_topic: String,
+    data_topic: String,
+}
+
+impl Feed {
+    /// Consumers in group `app_id` (committed offsets only inform lag tools).
+    pub fn new(
+        cluster: &KafkaConfig,
+        properties: &Properties,
+        app_id: &str,
+        data_topic: &str,
+        control_topic: &str,
+        dead_letter_topic: Option<&str>,
+    ) -> Result<Self, BronzeError> {
+        let mut config = cluster.client_config().map_err(kafka)?;
+        // A new control record is wanted soon after it lands: a short long-poll (librdkafka's
+        // default is 500 ms) bounds that wait. A user's `properties` may override it.
+        config.set("fetch.wait.max.ms", "100");
+        for (key, value) in properties.iter() {
+            config.set(key, value.to_string());
+        }
+        config
+            .set("group.id", app_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false");
+        let control: BaseConsumer = config.create().map_err(kafka)?;
+        let mut data_config = config.clone();
+        // The data consumer only reads ranges a control record names, which are already in the
+        // log: a fetch must never wait for more.
+        data_config.set("group.id", format!("{app_id}.data")).set("fetch.max.bytes", "52428800").set("fetch.wait.max.ms", "10");
+        let data: BaseConsumer = data_config.create().map_err(kafka)?;
+        let dead_letters = match dead_letter_topic {
+            Some(topic) => {
+                let mut producer = cluster.client_config().map_err(kafka)?;
+                producer.set("enable.idempotence", "true").set("acks", "all");
+                Some((producer.create().map_err(kafka)?, topic.to_owned()))
+            }
+            None => None,
+        };
+        Ok(Self { control, data, dead_letters, control_topic: control_topic.to_owned(), data_topic: data_topic.to_owned() })
+    }
+
+    /// Creates the dead-letter topic (one partition) if it is missing, as Kafka Connect does.
+    pub async fn ensure_dead_letter_topic(&self, cluster: &KafkaConfig) -> Result<(), BronzeError> {
+        let Some((_, topic)) = &self.dead_letters else { return Ok(()) };
+        mssql_cdc_core::kafka::admin::ensure_topics(cluster, &[(topic, 1)]).await.map_err(kafka)
+    }
+
+    /// Waits until the control and data topics exist: compose and Kubernetes start services in
+    /// any order, and the source creates the topics on its first run. Logs once while it
+    /// waits. Returns `false` when cancelled first; a broker that cannot be reached is an
+    /// error (a transient one: the stage is started again).
+    pub fn wait_for_topics(&self, cancel: &CancellationToken) -> Result<bool, BronzeError> {
+        let mut logged = false;
+        loop {
+            let metadata = self.control.fetch_metadata(None, Duration::from_secs(10)).map_err(kafka)?;
+            let exists = |name: &str| metadata.topics().iter().any(|topic| topic.name() == name && topic.error().is_none() && !topic.partitions().is_empty());
+            if exists(&self.control_topic) && exists(&self.data_topic) {
+                return Ok(true);
+            }
+            if !logged {
+                tracing::info!(control_topic = %self.control_topic, data_topic = %self.data_topic, "waiting for the feed's topics (the source creates them on its first run)");
+                logged = true;
+            }
+            if cancel.is_cancelled() {
+                return Ok(false);
+            }
+            std::thread::sleep(TOPIC_POLL);
+        }
+    }
+
+    /// The batch id of the control topic's last record, if any.
+    pub fn last_batch_id(&self) -> Result<Option<u64>, BronzeError> {
+        let (low, high) = self.control.fetch_watermarks(&self.control_topic, 0, Duration::from_secs(30)).map_err(kafka)?;
+        if high <= low {
+            return Ok(None);
+        }
+        self.assign_control(high - 1)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some((offset, record)) = self.next_control(Duration::from_millis(500))? {
+                if offset == high - 1 {
+                    return Ok(Some(record.batch_id));
+                }
+            }
+        }
+        Err(BronzeError::Kafka(format!("could not read the last record of `{}`", self.control_topic)))
+    }
+
+    /// The offset committed for the control topic, if any (where to look first).
+    pub fn committed(&self) -> Option<i64> {
+        let mut list = TopicPartitionList::new();
+        list.add_partition(&self.control_topic, 0);
+        let committed = self.control.committed_offsets(list, Duration::from_secs(10)).ok()?;
+        match committed.find_partition(&self.control_topic, 0)?.offset() {
+            Offset::Offset(offset) => Some(offset),
+            _ => None,
+        }
+    }
+
+    /// Follows the control topic from `offset`.
+    pub fn assign_control(&self, offset: i64) -> Result<(), BronzeError> {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&self.control_topic, 0, Offset::Offset(offset)).map_err(kafka)?;
+        self.control.assign(&list).map_err(kafka)
+    }
+
+    /// The next control record, if one arrives within `timeout`. A record that is not a
+    /// control record stops the sink, naming its offset.
+    pub fn next_control(&self, timeout: Duration) -> Result<Option<(i64, ControlRecord)>, BronzeError> {
+        match self.control.poll(timeout) {
+            None => Ok(None),
+            Some(Err(KafkaError::PartitionEOF(_))) => Ok(None),
+            Some(Err(error)) => Err(kafka(error)),
+            Some(Ok(message)) => {
+                let offset = message.offset();
+                let record = ControlRecord::decode(message.payload().unwrap_or_default()).map_err(|e| BronzeError::BadControl {
+                    topic: self.control_topic.clone(),
+                    offset,
+                    reason: e.to_string(),
+                })?;
+                Ok(Some((offset, record)))
+            }
+        }
+    }
+
+    /// Exactly the records of `ranges`, in partition and offset order.
+    pub fn read_ranges(&self, ranges: &[PartitionRange]) -> Result<Vec<DataRecord>, BronzeError> {
+        let mut list = TopicPartitionList::new();
+        let mut wanted: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+        for range in ranges.iter().filter(|r| r.records > 0) {
+            list.add_partition_offset(&self.data_topic, range.partition, Offset::Offset(range.first_offset)).map_err(kafka)?;
+            wanted.insert(range.partition, (range.first_offset, range.last_offset));
+        }
+        let mut out: BTreeMap<(i32, i64), DataRecord> = BTreeMap::new();
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.data.assign(&list).map_err(kafka)?;
+        let mut done: BTreeMap<i32, bool> = wanted.keys().map(|p| (*p, false)).collect();
+        let mut last_progress = Instant::now();
+        while done.values().any(|d| !d) {
+            match self.data.poll(Duration::from_millis(200)) {
+                None | Some(Err(KafkaError::PartitionEOF(_))) => {}
+                Some(Err(error)) => return Err(kafka(error)),
+                Some(Ok(message)) => {
+                    let (partition, offset) = (message.partition(), message.offset());
+                    if let Some((first, last)) = wanted.get(&partition) {
+                        if offset >= *first && offset <= *last {
+                            out.insert((partition, offset), DataRecord { partition, offset, value: message.payload().unwrap_or_default().to_vec() });
+                            last_progress = Instant::now();
+                        }
+                        if offset >= *last {
+                            done.insert(partition, true);
+                        }
+                    }
+                }
+            }
+            if last_progress.elapsed() > RANGE_TIMEOUT {
+                let missing: Vec<String> = done.iter().filter(|(_, d)| !**d).map(|(p, _)| format!("{}/{} {:?}", self.data_topic, p, wanted[p])).collect();
+                return Err(BronzeError::MissingRecords { detail: missing.join(", ") });
+            }
+        }
+        for range in ranges.iter().filter(|r| r.records > 0) {
+            let found = out.range((range.partition, range.first_offset)..=(range.partition, range.last_offset)).count() as u64;
+            if found != range.records {
+                return Err(BronzeError::MissingRecords {
+                    detail: format!("{}/{} offsets {}..={}: {found} records, the control record says {}", self.data_topic, range.partition, range.first_offset, range.last_offset, range.records),
+                });
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// Sends an undecodable record to the dead-letter topic with Kafka Connect's error headers.
+    pub fn dead_letter(&self, record: &DataRecord, reason: &str) -> Result<(), BronzeError> {
+        let Some((producer, topic)) = &self.dead_letters else { return Ok(()) };
+        let partition = record.partition.to_string();
+        let offset = record.offset.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: "__connect.errors.topic", value: Some(self.data_topic.as_str()) })
+            .insert(Header { key: "__connect.errors.partition", value: Some(partition.as_str()) })
+            .insert(Header { key: "__connect.errors.offset", value: Some(offset.as_str()) })
+            .insert(Header { key: "__connect.errors.exception.message", value: Some(reason) });
+        producer.send(BaseRecord::<(), _>::to(topic).payload(&record.value).headers(headers)).map_err(|(e, _)| kafka(e))
+    }
+
+    /// Waits for dead-lettered records to be acknowledged.
+    pub fn flush_dead_letters(&self) -> Result<(), BronzeError> {
+        match &self.dead_letters {
+            Some((producer, _)) => producer.flush(Duration::from_secs(60)).map_err(kafka),
+            None => Ok(()),
+        }
+    }
+
+    /// Records progress in the consumer group: the next control offset to read.
+    pub fn commit(&self, next_offset: i64) {
+        let mut list = TopicPartitionList::new();
+        if list.add_partition_offset(&self.control_topic, 0, Offset::Offset(next_offset)).is_ok() {
+            if let Err(error) = self.control.commit(&list, CommitMode::Async) {
+                tracing::debug!(error = %error, "committing the control offset failed (informational only)");
+            }
+        }
+    }
+
+    /// Records behind the end of the control topic, from `offset`.
+    pub fn behind(&self, next_offset: i64) -> Option<i64> {
+        self.control.fetch_watermarks(&self.control_topic, 0, Duration::from_secs(5)).ok().map(|(_, high)| (high - next_offset).max(0))
+    }
+}

@@ -1,0 +1,295 @@
+//! `delta-bronze`: the feed (data and control topics) into a bronze Delta table and the facts
+//! table, exactly once without Kafka transactions.
+//!
+//! The loop follows the control topic in order. For each batch it reads exactly the data
+//! records the control record names (its offset ranges per partition), appends them to bronze
+//! in one Delta commit carrying `txn(app_id, batch_id)` and the batch's LSN range in the commit
+//! metadata, then appends the batch's facts rows with `txn(<app_id>#facts, batch_id)`. On start
+//! it reads both `txn` versions back from the Delta logs: a batch at or below a version is not
+//! written again there, so a crash at any point, a re-delivered control record or a duplicated
+//! data record changes nothing. Consumer-group offsets are committed only for lag tools.
+//!
+//! See `docs/connectors/delta-bronze.md` and `docs/tables.md`.
+
+pub mod config;
+pub mod error;
+pub mod feed;
+pub mod records;
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use deltalake::DeltaTable;
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+pub use config::BronzeOptions;
+pub use error::BronzeError;
+
+use self::config::Tolerance;
+use self::feed::Feed;
+use crate::fault;
+use crate::delta::storage::Storage;
+use crate::delta::table as delta;
+use mssql_cdc_core::kafka::KafkaConfig;
+use mssql_cdc_core::log::control::ControlRecord;
+use mssql_cdc_core::log::registry::SchemaRegistry;
+use mssql_cdc_core::log::topic::control_topic_for;
+use mssql_cdc_core::log::RecordFormat;
+use crate::facts::{facts_app_id, facts_comments, facts_rows, facts_schema, SinkMetrics};
+use mssql_cdc_core::stage::{Progress, Stage, StageContext, StageError};
+use mssql_cdc_core::telemetry::events::BronzeBatchWritten;
+
+/// The `delta-bronze` stage.
+pub struct BronzeSink {
+    name: String,
+    options: BronzeOptions,
+    kafka: KafkaConfig,
+    progress: Progress,
+}
+
+impl BronzeSink {
+    /// A sink from validated options.
+    pub fn new(options: BronzeOptions, context: &StageContext) -> Self {
+        Self { name: context.name.clone(), options, kafka: context.worker.kafka.clone(), progress: context.progress.clone() }
+    }
+}
+
+impl Stage for BronzeSink {
+    fn run(self: Box<Self>, cancel: CancellationToken) -> BoxFuture<'static, Result<(), StageError>> {
+        let name = self.name.clone();
+        Box::pin(async move {
+            let result = async { Writer::start(*self).await?.run(cancel).await }.await;
+            result.map_err(|e| StageError::from_cause(&name, e))
+        })
+    }
+}
+
+/// The running sink.
+struct Writer {
+    name: String,
+    options: BronzeOptions,
+    target: String,
+    app_id: String,
+    control_topic: String,
+    data_topic: String,
+    feed: Feed,
+    registry: Option<SchemaRegistry>,
+    /// Object-store options of both tables, resolved.
+    storage: Storage,
+    bronze: Option<DeltaTable>,
+    facts: Option<DeltaTable>,
+    /// `txn` versions read back from the tables (-1: none).
+    bronze_version: i64,
+    facts_version: i64,
+    progress: Progress,
+}
+
+impl Writer {
+    async fn start(sink: BronzeSink) -> Result<Self, BronzeError> {
+        let options = sink.options;
+        let registry = match (options.format, &options.schema_registry) {
+            (RecordFormat::Avro, Some(config)) => Some(SchemaRegistry::new(config).map_err(|e| BronzeError::Kafka(e.to_string()))?),
+            (RecordFormat::Avro, None) => return Err(BronzeError::UnsupportedFormat("avro without schema_registry".into())),
+            _ => None,
+        };
+        let data_topic = options.topic.clone().unwrap_or_default();
+        let control_topic = options.control_topic.clone().unwrap_or_else(|| control_topic_for(&data_topic));
+        let target = options.target.clone().unwrap_or_default();
+        let app_id = options.app_id.clone().unwrap_or_default();
+        let dead_letter = match options.errors.tolerance {
+            Tolerance::All => options.errors.dead_letter_topic.as_deref(),
+            Tolerance::None => None,
+        };
+        let feed = Feed::new(&sink.kafka, &options.consumer_properties, &app_id, &data_topic, &control_topic, dead_letter)?;
+        feed.ensure_dead_letter_topic(&sink.kafka).await?;
+        let storage = options.storage_options.resolve()?;
+        let bronze = delta::open(&target, &storage).await?;
+        let bronze_version = match &bronze {
+            Some(table) => delta::txn_version(table, &app_id).await?.unwrap_or(-1),
+            None => -1,
+        };
+        let (facts, facts_version) = match &options.facts_table {
+            Some(location) => {
+                let table = match delta::open(location, &storage).await? {
+                    Some(table) => table,
+                    None => delta::create(location, &storage, &facts_schema(), &facts_comments(), "mssql-cdc facts: one row per batch and event").await?,
+                };
+                let version = delta::txn_version(&table, &facts_app_id(&app_id)).await?.unwrap_or(-1);
+                (Some(table), version)
+            }
+            None => (None, -1),
+        };
+        Ok(Self { name: sink.name, options, target, app_id, control_topic, data_topic, feed, registry, storage, bronze, facts, bronze_version, facts_version, progress: sink.progress })
+    }
+
+    async fn run(mut self, cancel: CancellationToken) -> Result<(), BronzeError> {
+        let written = self.bronze_version.max(self.facts_version);
+        if !tokio::task::block_in_place(|| self.feed.wait_for_topics(&cancel))? {
+            return Ok(());
+        }
+        let last = tokio::task::block_in_place(|| self.feed.last_batch_id())?;
+        if written >= 0 && last.is_none_or(|last| (last as i64) < written) {
+            return Err(BronzeError::RewoundFeed {
+                app_id: self.app_id.clone(),
+                target: self.target.clone(),
+                written,
+                control_topic: self.control_topic.clone(),
+                found: last.map_or("is empty".to_owned(), |b| format!("ends at batch {b}")),
+            });
+        }
+        let needed = self.bronze_version.min(if self.facts.is_some() { self.facts_version } else { self.bronze_version }) + 1;
+        let hint = self.feed.committed().unwrap_or(0);
+        self.feed.assign_control(hint)?;
+        tracing::info!(connector = %self.name, app_id = %self.app_id, bronze_version = self.bronze_version, facts_version = self.facts_version, control_offset = hint, "bronze sink resuming");
+        let mut first = true;
+        let mut last_seen: Option<u64> = None;
+        BronzeBatchWritten::register(&self.name, &self.app_id);
+        loop {
+            if cancel.is_cancelled() {
+                return Ok(());
+            }
+            let feed = &self.feed;
+            let Some((offset, control)) = tokio::task::block_in_place(|| feed.next_control(Duration::from_millis(500)))? else {
+                continue;
+            };
+            if first {
+                first = false;
+                if hint > 0 && (control.batch_id as i64) > needed {
+                    // The committed offset is past what the tables hold (it is only a hint).
+                    self.feed.assign_control(0)?;
+                    continue;
+                }
+            }
+            if let Some(previous) = last_seen {
+                if control.batch_id > previous + 1 {
+                    return Err(BronzeError::Gap { control_topic: self.control_topic.clone(), previous, next: control.batch_id });
+                }
+            }
+            last_seen = Some(last_seen.map_or(control.batch_id, |p| p.max(control.batch_id)));
+            let started = Instant::now();
+            let written = self.batch(&control).await?;
+            self.feed.commit(offset + 1);
+            self.progress.advance();
+            if let Some(sink) = written {
+                BronzeBatchWritten {
+                    connector: &self.name,
+                    app_id: &self.app_id,
+                    batch_id: control.batch_id,
+                    rows: sink.rows,
+                    dead_lettered: sink.dead_lettered,
+                    duration: started.elapsed(),
+                    behind: self.feed.behind(offset + 1),
+                }
+                .emit();
+            }
+        }
+    }
+
+    /// Writes one batch where it is not written yet; what this run wrote (`None` when both
+    /// tables had it already). Rows count only when appended by this run.
+    async fn batch(&mut self, control: &ControlRecord) -> Result<Option<SinkMetrics>, BronzeError> {
+        let id = control.batch_id as i64;
+        let data_done = id <= self.bronze_version || control.rows == 0;
+        let facts_pending = self.facts.is_some() && id > self.facts_version;
+        if data_done && !facts_pending {
+            return Ok(None);
+        }
+        let mut sink = SinkMetrics::default();
+        let mut appended = 0;
+        if !data_done {
+            sink = self.append_data(control).await?;
+            appended = sink.rows;
+            fault::crash_point(fault::Point::AfterBronzeDataCommit, id);
+        } else if control.rows > 0 {
+            sink.rows = control.rows;
+            sink.warnings.push("facts written after a restart: the data commit was already in bronze, so the sink's read metrics are not known".into());
+        }
+        let facts = if facts_pending { self.facts.take() } else { None };
+        if let Some(table) = facts {
+            let rows = facts_rows(&self.target, &self.app_id, control, &sink, Utc::now());
+            let metadata = [("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id))];
+            let table = delta::append(table, vec![rows], &facts_app_id(&self.app_id), id, metadata).await?;
+            self.facts = Some(table);
+            self.facts_version = id;
+        }
+        sink.rows = appended;
+        Ok(Some(sink))
+    }
+
+    /// With Avro, each record rewritten as the JSON the source would have written (records
+    /// that do not decode are returned apart, with the reason); JSON records as they are.
+    async fn as_json(&self, control: &ControlRecord, records: Vec<records::DataRecord>) -> Result<(Vec<records::DataRecord>, Vec<(records::DataRecord, String)>), BronzeError> {
+        let Some(registry) = &self.registry else { return Ok((records, Vec::new())) };
+        let mut ids: Vec<u32> = records.iter().filter(|r| r.value.len() >= 5 && r.value[0] == 0).map(|r| u32::from_be_bytes([r.value[1], r.value[2], r.value[3], r.value[4]])).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut schemas = std::collections::HashMap::new();
+        for id in ids {
+            match registry.schema_by_id(id).await {
+                Ok(schema) => {
+                    schemas.insert(id, schema);
+                }
+                Err(mssql_cdc_core::log::registry::RegistryError::Refused { status: 404, .. }) => {}
+                Err(error) => return Err(BronzeError::Kafka(format!("schema registry: {error}"))),
+            }
+        }
+        let mut good = Vec::with_capacity(records.len());
+        let mut bad = Vec::new();
+        for record in records {
+            match records::avro_to_json(&control.schema, &record.value, |id| schemas.get(&id).cloned()) {
+                Ok(value) => good.push(records::DataRecord { value, ..record }),
+                Err(reason) => bad.push((record, reason)),
+            }
+        }
+        Ok((good, bad))
+    }
+
+    /// Reads, decodes and appends a batch's rows; returns what was measured.
+    async fn append_data(&mut self, control: &ControlRecord) -> Result<SinkMetrics, BronzeError> {
+        let id = control.batch_id as i64;
+        let started = Instant::now();
+        let feed = &self.feed;
+        let records = tokio::task::block_in_place(|| feed.read_ranges(&control.partitions))?;
+        let mut sink = SinkMetrics { read_ms: started.elapsed().as_millis() as u64, bytes: records.iter().map(|r| r.value.len() as u64).sum(), ..Default::default() };
+        let (records, mut unreadable) = self.as_json(control, records).await?;
+        let mut decoded = records::decode_json(&control.schema, &records, control.batch_id, &control.from_lsn.to_string(), &control.to_lsn.to_string());
+        decoded.bad.append(&mut unreadable);
+        for (record, reason) in &decoded.bad {
+            match self.options.errors.tolerance {
+                Tolerance::None => {
+                    return Err(BronzeError::Undecodable { topic: self.data_topic.clone(), partition: record.partition, offset: record.offset, reason: reason.clone() });
+                }
+                Tolerance::All => {
+                    self.feed.dead_letter(record, reason)?;
+                    tracing::warn!(connector = %self.name, topic = %self.data_topic, partition = record.partition, offset = record.offset, reason = %reason, "record dead-lettered");
+                    sink.warnings.push(format!("{}/{} offset {}: dead-lettered: {reason}", self.data_topic, record.partition, record.offset));
+                    sink.dead_lettered += 1;
+                }
+            }
+        }
+        if !decoded.bad.is_empty() {
+            self.feed.flush_dead_letters()?;
+        }
+        let Some(batch) = decoded.batch else {
+            return Ok(sink);
+        };
+        sink.rows = batch.num_rows() as u64;
+        let table = match self.bronze.take() {
+            Some(table) => table,
+            None => delta::create(&self.target, &self.storage, &batch.schema(), &records::comments(), &format!("mssql-cdc bronze of {}", self.data_topic)).await?,
+        };
+        let metadata = [
+            ("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id)),
+            ("mssql_cdc.from_lsn".to_owned(), serde_json::json!(control.from_lsn.to_string())),
+            ("mssql_cdc.to_lsn".to_owned(), serde_json::json!(control.to_lsn.to_string())),
+            ("mssql_cdc.data_topic".to_owned(), serde_json::json!(self.data_topic)),
+            ("mssql_cdc.rows".to_owned(), serde_json::json!(sink.rows)),
+            ("mssql_cdc.key".to_owned(), serde_json::json!(control.schema.key)),
+        ];
+        let table = delta::append(table, vec![batch], &self.app_id, id, metadata).await?;
+        self.bronze = Some(table);
+        self.bronze_version = id;
+        Ok(sink)
+    }
+}

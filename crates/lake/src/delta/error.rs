@@ -1,0 +1,122 @@
+//! [`DeltaError`]: a Delta operation failed, with its cause kept and classified: transient
+//! (an object store or file system that may come back, a lost commit race) or not.
+
+use std::error::Error;
+
+use deltalake::{DeltaTableError, ObjectStoreError};
+
+/// A Delta operation on a table failed.
+#[derive(Debug, thiserror::Error)]
+#[error("Delta table {location}: {cause}")]
+pub struct DeltaError {
+    /// The table (or tables, for a query over several).
+    pub location: String,
+    /// What failed.
+    #[source]
+    pub cause: Box<dyn Error + Send + Sync>,
+    /// Whether retrying after a wait may succeed ([`is_transient`] of the cause).
+    pub transient: bool,
+}
+
+impl DeltaError {
+    /// Wraps `cause`, classifying it by walking its chain of causes.
+    pub fn new(location: &str, cause: impl Into<Box<dyn Error + Send + Sync>>) -> Self {
+        let cause = cause.into();
+        let transient = is_transient(cause.as_ref());
+        Self { location: location.to_owned(), cause, transient }
+    }
+}
+
+/// Whether an error, or any error in its chain of causes, is one that may pass on its own: an
+/// object store that is unreachable, throttling or answering 5xx; a file system I/O failure
+/// other than a missing file or a refused permission; a commit that lost a race. A missing
+/// table, bad credentials, a schema mismatch or bad data are not.
+pub fn is_transient(error: &(dyn Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(store) = error.downcast_ref::<ObjectStoreError>() {
+            return object_store_is_transient(store);
+        }
+        // The Delta kernel keeps an object-store failure as a plain field, not as a source.
+        if let Some(kernel) = error.downcast_ref::<delta_kernel::Error>() {
+            match kernel {
+                delta_kernel::Error::ObjectStore(store) => return object_store_is_transient(store),
+                delta_kernel::Error::Reqwest(_) => return true,
+                delta_kernel::Error::IOError(io) => return io_is_transient(io),
+                _ => {}
+            }
+        }
+        if let Some(delta) = error.downcast_ref::<DeltaTableError>() {
+            match delta {
+                DeltaTableError::Transaction { .. } | DeltaTableError::VersionAlreadyExists(_) => return true,
+                DeltaTableError::SchemaMismatch { .. } | DeltaTableError::InvalidData { .. } | DeltaTableError::NotATable(_) | DeltaTableError::MissingFeature { .. } => return false,
+                _ => {}
+            }
+        }
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return io_is_transient(io);
+        }
+        next = error.source();
+    }
+    false
+}
+
+fn io_is_transient(error: &std::io::Error) -> bool {
+    !matches!(error.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData)
+}
+
+fn object_store_is_transient(error: &ObjectStoreError) -> bool {
+    !matches!(
+        error,
+        ObjectStoreError::NotFound { .. }
+            | ObjectStoreError::InvalidPath { .. }
+            | ObjectStoreError::NotSupported { .. }
+            | ObjectStoreError::NotImplemented { .. }
+            | ObjectStoreError::PermissionDenied { .. }
+            | ObjectStoreError::Unauthenticated { .. }
+            | ObjectStoreError::UnknownConfigurationKey { .. }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Invariant: a store that cannot be reached is transient wherever it sits in the chain;
+    /// refused credentials and missing objects are not.
+    #[test]
+    fn object_store_failures_are_classified_through_the_chain() {
+        let unreachable = ObjectStoreError::Generic { store: "S3", source: "connection refused".into() };
+        let wrapped = DeltaTableError::ObjectStore { source: unreachable };
+        assert!(DeltaError::new("s3://b/t", wrapped).transient);
+        let denied = ObjectStoreError::PermissionDenied { path: "t/_delta_log".into(), source: "403".into() };
+        assert!(!DeltaError::new("s3://b/t", DeltaTableError::ObjectStore { source: denied }).transient);
+    }
+
+    /// Invariant: an object-store failure inside a Delta kernel error (kept there as a field,
+    /// not a source) is found and classified.
+    #[test]
+    fn object_store_failures_inside_kernel_errors_are_transient() {
+        let unreachable = ObjectStoreError::Generic { store: "S3", source: "connection refused".into() };
+        let kernel = delta_kernel::Error::ObjectStore(unreachable);
+        assert!(DeltaError::new("s3://b/t", DeltaTableError::KernelError(kernel)).transient);
+        let plain = delta_kernel::Error::Generic("No files in log segment".into());
+        assert!(!DeltaError::new("s3://b/t", DeltaTableError::KernelError(plain)).transient);
+    }
+
+    /// Invariant: I/O failures are transient except those no wait can cure.
+    #[test]
+    fn io_failures_are_transient_unless_permanent() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(DeltaError::new("/t", reset).transient);
+        let missing = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        assert!(!DeltaError::new("/t", missing).transient);
+    }
+
+    /// Invariant: a schema mismatch and plain messages are not retried.
+    #[test]
+    fn schema_mismatch_and_messages_are_not_transient() {
+        assert!(!DeltaError::new("/t", DeltaTableError::SchemaMismatch { msg: "column x".into() }).transient);
+        assert!(!DeltaError::new("/t", "no Delta table there").transient);
+    }
+}

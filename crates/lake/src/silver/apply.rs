@@ -1,0 +1,411 @@
+//! apply_changes: bronze batches into silver, then the verdict into the control table.
+//!
+//! Silver follows the batches the bronze sink recorded in the facts table (heartbeats
+//! included, so a quiet table's verdict moves). A step takes the next run of consecutive
+//! batches after the position, reads their bronze rows (`_batch_id` in the run; file
+//! statistics prune the rest), folds them to one row per key ([`super::fold`]) and MERGEs the
+//! fold into silver in one commit with `txn(app_id, last batch)`. Then it writes the control
+//! row with `txn(<app_id>#control, last batch)`. A crash between the two is repaired on
+//! restart: silver's txn version says its data is in, the control row is written again.
+//!
+//! Cost: the MERGE's join key ranges prune silver's files by their statistics (delta-rs builds
+//! that filter from the batch's key bounds), and silver is clustered by key, so a batch
+//! rewrites the files its keys fall in, not the table. See ADR 0004.
+
+use std::time::Instant;
+
+use arrow::array::{Array, Int64Array, RecordBatch};
+use chrono::{DateTime, Utc};
+use deltalake::datafusion::prelude::SessionContext;
+use deltalake::kernel::transaction::CommitProperties;
+use deltalake::kernel::Transaction;
+use deltalake::operations::write::SchemaMode;
+use deltalake::protocol::SaveMode;
+use deltalake::DeltaTable;
+
+use super::config::{Granularity, SilverOptions};
+use super::control::{self, ControlRow};
+use super::error::SilverError;
+use super::fold::{fold, silver_schema, FoldCounts, DELETE};
+use crate::delta::query::{ident, query};
+use crate::delta::storage::Storage;
+use crate::delta::table::{self as delta, table_url};
+use mssql_cdc_core::log::schema::{COMMIT_TS, START_LSN};
+use crate::bronze::records::BATCH_ID;
+use crate::facts::{batch_facts_sql, read_batch_facts, BatchFact};
+use crate::fault;
+use mssql_cdc_core::telemetry::events::SilverApplied;
+
+/// The app id suffix of the control table's `txn`.
+pub const CONTROL_SUFFIX: &str = "#control";
+
+/// What one step did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepReport {
+    /// Batches applied (heartbeats included); 0 when there was nothing new.
+    pub batches: u64,
+    /// The last batch applied.
+    pub last_batch: i64,
+    /// Bronze rows read and what they folded to.
+    pub fold: FoldCounts,
+    /// Silver rows inserted, updated and deleted by the MERGE.
+    pub inserted: u64,
+    /// See `inserted`.
+    pub updated: u64,
+    /// See `inserted`.
+    pub deleted: u64,
+    /// Silver files the MERGE rewrote or added.
+    pub files_added: u64,
+    /// Silver files it removed.
+    pub files_removed: u64,
+    /// The verdict after the step.
+    pub finalized_until: Option<DateTime<Utc>>,
+}
+
+/// The apply loop's state.
+pub struct Applier {
+    bronze_location: String,
+    /// Bronze's URL, as the facts table's `target` names it.
+    bronze_url: String,
+    silver_location: String,
+    app_id: String,
+    keys: Option<Vec<String>>,
+    granularity: Granularity,
+    storage: Storage,
+    facts: DeltaTable,
+    control: DeltaTable,
+    silver: Option<DeltaTable>,
+    /// Bronze as last read (opened on the first apply, then brought up to date).
+    bronze: Option<DeltaTable>,
+    /// Last batch whose rows are in silver (silver's txn version), -1: none.
+    silver_batch: i64,
+    /// The control row as last written.
+    row: ControlRow,
+    /// Most batches one step takes.
+    max_batches: i64,
+    /// Whether the "facts name another bronze table" warning was given.
+    warned_other_target: std::sync::atomic::AtomicBool,
+    /// The connector applying (metrics and logs); `apply` for the one-shot command.
+    connector: String,
+}
+
+impl Applier {
+    /// Opens the tables and reads the position back from silver's and the control table's
+    /// `txn` versions.
+    pub async fn open(options: &SilverOptions, storage: Storage) -> Result<Self, SilverError> {
+        let bronze_location = options.bronze.clone().unwrap_or_default();
+        let silver_location = options.target.clone().unwrap_or_default();
+        let app_id = options.app_id.clone().unwrap_or_default();
+        let facts_location = options.facts_table.clone().unwrap_or_default();
+        let facts = delta::open(&facts_location, &storage).await?.ok_or_else(|| SilverError::NoFacts { facts: facts_location.clone() })?;
+        let control = control::open_or_create(options.control_table.as_deref().unwrap_or_default(), &storage).await?;
+        let silver = delta::open(&silver_location, &storage).await?;
+        let silver_batch = match &silver {
+            Some(table) => delta::txn_version(table, &app_id).await?.unwrap_or(-1),
+            None => -1,
+        };
+        let bronze_url = table_url(&bronze_location)?.to_string();
+        let silver_url = table_url(&silver_location)?.to_string();
+        let control_batch = delta::txn_version(&control, &format!("{app_id}{CONTROL_SUFFIX}")).await?.unwrap_or(-1);
+        let mut row = control::read_row(&control, &silver_url).await?.unwrap_or_else(|| ControlRow { table_name: silver_url.clone(), applied_batch: -1, ..ControlRow::default() });
+        // The row's own position is authoritative only when its txn agrees.
+        row.applied_batch = row.applied_batch.min(control_batch).max(-1);
+        tracing::info!(app_id = %app_id, silver_batch, control_batch = row.applied_batch, "silver resuming");
+        Ok(Self {
+            bronze_location,
+            bronze_url,
+            silver_location,
+
+            app_id,
+            keys: options.keys.clone(),
+            granularity: options.granularity,
+            storage,
+            facts,
+            control,
+            silver,
+            bronze: None,
+            silver_batch,
+            row,
+            max_batches: options.max_batches_per_apply as i64,
+            warned_other_target: std::sync::atomic::AtomicBool::new(false),
+            connector: "apply".to_owned(),
+        })
+    }
+
+    /// Names the connector applying, for metrics and logs.
+    pub fn with_connector(mut self, connector: &str) -> Self {
+        SilverApplied::register(connector, &self.silver_location);
+        self.connector = connector.to_owned();
+        self
+    }
+
+    /// The control row as last written (the verdict and the position).
+    pub fn row(&self) -> &ControlRow {
+        &self.row
+    }
+
+    /// Applies the next run of batches, if any.
+    pub async fn step(&mut self) -> Result<StepReport, SilverError> {
+        let started = Instant::now();
+        let from = self.row.applied_batch;
+        self.facts.update_state().await.map_err(|e| SilverError::delta(&self.facts, e))?;
+        let run = self.next_batches(from).await?;
+        let Some(last) = run.last().map(|b| b.batch_id) else { return Ok(StepReport { last_batch: from, finalized_until: self.row.finalized_until, ..StepReport::default() }) };
+        let mut report = StepReport { batches: run.len() as u64, last_batch: last, ..StepReport::default() };
+        // Rows of batches silver does not hold yet.
+        let data_from = from.max(self.silver_batch);
+        if last > data_from && run.iter().any(|b| b.batch_id > data_from && b.rows > 0) {
+            self.apply_rows(data_from, last, &mut report).await?;
+        }
+        let end = run.iter().rev().find_map(|b| b.max_commit_ts);
+        let end_lsn = run.last().and_then(|b| b.end_lsn.clone());
+        let mut next = self.row.advance(self.granularity, end_lsn.as_deref(), end, last, Utc::now());
+        if report.fold.changes > 0 {
+            next.applied_lsn = end_lsn.clone().or(next.applied_lsn);
+        }
+        next.silver_version = self.silver.as_ref().and_then(|t| t.version()).map(|v| v as i64);
+        let control = self.control.clone();
+        self.control = control::write_row(control, &next, &format!("{}{CONTROL_SUFFIX}", self.app_id), last).await?;
+        self.row = next;
+        report.finalized_until = self.row.finalized_until;
+        SilverApplied {
+            connector: &self.connector,
+            table: &self.silver_location,
+            batches: report.batches,
+            last_batch: last,
+            changes: report.fold.changes as u64,
+            inserted: report.inserted,
+            updated: report.updated,
+            deleted: report.deleted,
+            duration: started.elapsed(),
+            verdict_age_seconds: self.row.finalized_until.map(|verdict| (Utc::now() - verdict).num_milliseconds() as f64 / 1000.0),
+        }
+        .emit();
+        Ok(report)
+    }
+
+    /// The consecutive batches after `from` the facts table records for bronze.
+    async fn next_batches(&self, from: i64) -> Result<Vec<BatchFact>, SilverError> {
+        let results = query(&[("facts", &self.facts)], &batch_facts_sql(from, from + self.max_batches)).await?;
+        let mut run: Vec<BatchFact> = Vec::new();
+        let mut other = None;
+        for fact in read_batch_facts(&results)? {
+            if !same_table(&fact.target, &self.bronze_url) {
+                other = Some(fact.target);
+                continue;
+            }
+            let expected = run.last().map_or(from + 1, |b| b.batch_id + 1);
+            if fact.batch_id < expected {
+                continue; // the same batch twice (shared facts tables never repeat, but be safe)
+            }
+            if fact.batch_id > expected {
+                return Ok(run); // a batch whose facts row is not written yet: stop before it
+            }
+            run.push(fact);
+        }
+        if let Some(other) = other.filter(|_| run.is_empty() && !self.warned_other_target.swap(true, std::sync::atomic::Ordering::Relaxed)) {
+            tracing::warn!(bronze = %self.bronze_location, facts_target = %other, "the facts table has batches for another bronze table but none for this one yet: is `bronze` the bronze sink's `target`?");
+        }
+        Ok(run)
+    }
+
+    /// Folds the bronze rows of batches `(from, to]` and merges them into silver.
+    async fn apply_rows(&mut self, from: i64, to: i64, report: &mut StepReport) -> Result<(), SilverError> {
+        let bronze = match self.bronze.take() {
+            Some(mut table) => {
+                table.update_state().await.map_err(|e| SilverError::delta(&table, e))?;
+                table
+            }
+            None => delta::open(&self.bronze_location, &self.storage).await?.ok_or_else(|| SilverError::NoBronze { bronze: self.bronze_location.clone(), batch: to })?,
+        };
+        // The key comes from the configuration or, once, from bronze's commit metadata.
+        let keys = match &self.keys {
+            Some(keys) => keys.clone(),
+            None => {
+                let keys = bronze_keys(&bronze).await?;
+                self.keys = Some(keys.clone());
+                keys
+            }
+        };
+        let sql = format!("SELECT * FROM bronze WHERE {b} > {from} AND {b} <= {to}", b = ident(BATCH_ID));
+        let rows: Vec<RecordBatch> = query(&[("bronze", &bronze)], &sql).await?.iter().map(without_field_metadata).collect();
+        self.bronze = Some(bronze);
+        let (folded, counts) = fold(&rows, &keys).map_err(|e| SilverError::Fold(e.to_string()))?;
+        report.fold = counts;
+        let properties = CommitProperties::default().with_application_transaction(Transaction::new(&self.app_id, to)).with_metadata([
+            ("mssql_cdc.batch_id".to_owned(), serde_json::json!(to)),
+            ("mssql_cdc.changes".to_owned(), serde_json::json!(counts.changes)),
+        ]);
+        let Some(folded) = folded else {
+            // Only before-images: nothing to change, but the position still moves with the control row.
+            return Ok(());
+        };
+        let table = match self.silver.take() {
+            Some(table) => self.merge(table, folded, &keys, properties, report).await?,
+            None => self.create(folded, &keys, properties, report).await?,
+        };
+        self.silver = Some(table);
+        self.silver_batch = to;
+        fault::crash_point(fault::Point::AfterSilverCommit, to);
+        Ok(())
+    }
+
+    /// The first apply: silver is the fold's upserts, sorted by key.
+    async fn create(&self, folded: RecordBatch, keys: &[String], properties: CommitProperties, report: &mut StepReport) -> Result<DeltaTable, SilverError> {
+        let schema = silver_schema(&folded.schema());
+        let table = delta::create(&self.silver_location, &self.storage, &schema, &silver_comments(), &format!("mssql-cdc silver of {}", self.bronze_url)).await?;
+        let upserts = upserts_sorted(&folded, keys)?;
+        report.inserted = upserts.num_rows() as u64;
+        let table = table
+            .write(vec![upserts])
+            .with_save_mode(SaveMode::Append)
+            .with_schema_mode(SchemaMode::Merge)
+            .with_commit_properties(properties)
+            .await
+            .map_err(|e| SilverError::delta_at(&self.silver_location, e))?;
+        report.files_added = 1;
+        Ok(table)
+    }
+
+    /// MERGE of the fold into silver: a newer delete removes the key, a newer image replaces
+    /// the row, a new key is inserted. "Newer" compares `_start_lsn`, so a replay changes nothing.
+    async fn merge(&self, table: DeltaTable, folded: RecordBatch, keys: &[String], properties: CommitProperties, report: &mut StepReport) -> Result<DeltaTable, SilverError> {
+        let folded = sorted(&folded, keys)?;
+        let columns: Vec<String> = silver_schema(&folded.schema()).fields().iter().map(|f| f.name().clone()).collect();
+        let mut on = keys.iter().map(|k| format!("target.{c} = source.{c}", c = ident(k))).collect::<Vec<_>>().join(" AND ");
+        if let Some(ranges) = key_ranges(&folded, keys, MAX_KEY_RANGES) {
+            on = format!("{on} AND ({ranges})");
+        }
+        let newer = format!("source.{l} > target.{l}", l = ident(START_LSN));
+        let source = SessionContext::new().read_batch(folded).map_err(|e| SilverError::Fold(e.to_string()))?;
+        let (table, metrics) = table
+            .merge(source, on)
+            .with_source_alias("source")
+            .with_target_alias("target")
+            .with_commit_properties(properties)
+            .when_matched_delete(|delete| delete.predicate(format!("source.{} AND {newer}", ident(DELETE))))
+            .and_then(|b| b.when_matched_update(|update| columns.iter().fold(update.predicate(format!("NOT source.{} AND {newer}", ident(DELETE))), |u, c| u.update(ident(c), format!("source.{}", ident(c))))))
+            .and_then(|b| b.when_not_matched_insert(|insert| columns.iter().fold(insert.predicate(format!("NOT source.{}", ident(DELETE))), |i, c| i.set(ident(c), format!("source.{}", ident(c))))))
+            .map_err(|e| SilverError::delta_at(&self.silver_location, e))?
+            .await
+            .map_err(|e| SilverError::delta_at(&self.silver_location, e))?;
+        report.inserted = metrics.num_target_rows_inserted as u64;
+        report.updated = metrics.num_target_rows_updated as u64;
+        report.deleted = metrics.num_target_rows_deleted as u64;
+        report.files_added = metrics.num_target_files_added as u64;
+        report.files_removed = metrics.num_target_files_removed as u64;
+        Ok(table)
+    }
+}
+
+/// Most key ranges a MERGE's file filter names.
+pub const MAX_KEY_RANGES: usize = 32;
+
+/// For a single integer key: a filter on silver's key naming at most `max` ranges that cover
+/// the fold's keys, split at the largest gaps between them. delta-rs keeps this static part of
+/// the MERGE predicate as a file filter, so only files whose key statistics meet a range are
+/// read and rewritten; its own filter covers only the batch's min..max, which one stray old
+/// key stretches over the whole table. `None` for other keys (the MERGE then uses delta-rs's
+/// min..max filter alone).
+pub fn key_ranges(folded: &RecordBatch, keys: &[String], max: usize) -> Option<String> {
+    let [key] = keys else { return None };
+    let column = folded.column_by_name(key)?;
+    let column = arrow::compute::cast(column, &arrow::datatypes::DataType::Int64).ok()?;
+    let values = column.as_any().downcast_ref::<Int64Array>()?;
+    let mut sorted: Vec<i64> = values.iter().flatten().collect();
+    if sorted.is_empty() || sorted.len() != values.len() {
+        return None;
+    }
+    sorted.sort_unstable();
+    sorted.dedup();
+    // Split at the (max - 1) widest gaps.
+    let mut gaps: Vec<(u64, usize)> = sorted.windows(2).enumerate().map(|(i, w)| (w[1].abs_diff(w[0]), i + 1)).collect();
+    gaps.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    let mut cuts: Vec<usize> = gaps.iter().take(max.saturating_sub(1)).filter(|g| g.0 > 1).map(|g| g.1).collect();
+    cuts.sort_unstable();
+    let mut ranges = Vec::with_capacity(cuts.len() + 1);
+    let mut start = 0;
+    for cut in cuts.into_iter().chain(std::iter::once(sorted.len())) {
+        let (lo, hi) = (sorted[start], sorted[cut - 1]);
+        ranges.push(if lo == hi { format!("target.{k} = {lo}", k = ident(key)) } else { format!("target.{k} BETWEEN {lo} AND {hi}", k = ident(key)) });
+        start = cut;
+    }
+    Some(ranges.join(" OR "))
+}
+
+/// Whether two table locations name the same table: URLs compared without a trailing `/`,
+/// local paths made absolute first (no I/O).
+fn same_table(a: &str, b: &str) -> bool {
+    crate::delta::location::normalized(a) == crate::delta::location::normalized(b)
+}
+
+/// The key columns the bronze sink recorded in its last commit's metadata.
+async fn bronze_keys(bronze: &DeltaTable) -> Result<Vec<String>, SilverError> {
+    use futures::TryStreamExt;
+    let history: Vec<_> = bronze.history(Some(1)).try_collect().await.map_err(|e| SilverError::delta(bronze, e))?;
+    history
+        .into_iter()
+        .find_map(|commit| commit.info.get("mssql_cdc.key").and_then(|v| serde_json::from_value::<Vec<String>>(v.clone()).ok()))
+        .filter(|keys| !keys.is_empty())
+        .ok_or_else(|| SilverError::NoKeys { bronze: bronze.table_url().to_string() })
+}
+
+/// The fold's rows sorted by key (silver's files stay clustered by key).
+fn sorted(folded: &RecordBatch, keys: &[String]) -> Result<RecordBatch, SilverError> {
+    let columns: Vec<arrow::compute::SortColumn> = keys
+        .iter()
+        .map(|k| arrow::compute::SortColumn { values: folded.column_by_name(k).cloned().expect("key column present after the fold"), options: None })
+        .collect();
+    let indices = arrow::compute::lexsort_to_indices(&columns, None).map_err(|e| SilverError::Fold(e.to_string()))?;
+    arrow::compute::take_record_batch(folded, &indices).map_err(|e| SilverError::Fold(e.to_string()))
+}
+
+/// The fold's upserts in silver's layout, sorted by key.
+fn upserts_sorted(folded: &RecordBatch, keys: &[String]) -> Result<RecordBatch, SilverError> {
+    let folded = sorted(folded, keys)?;
+    let deletes = folded.column_by_name(DELETE).expect("fold has _delete").as_any().downcast_ref::<arrow::array::BooleanArray>().expect("_delete is boolean").clone();
+    let keep = arrow::compute::not(&deletes).map_err(|e| SilverError::Fold(e.to_string()))?;
+    let kept = arrow::compute::filter_record_batch(&folded, &keep).map_err(|e| SilverError::Fold(e.to_string()))?;
+    let schema = silver_schema(&kept.schema());
+    let indices: Vec<usize> = schema.fields().iter().map(|f| kept.schema().index_of(f.name()).expect("silver column in fold")).collect();
+    kept.project(&indices).map_err(|e| SilverError::Fold(e.to_string()))
+}
+
+/// `batch` without its fields' metadata: bronze's column comments come along with a read, and
+/// silver's own comments on the same columns differ, which a write would refuse to merge.
+fn without_field_metadata(batch: &RecordBatch) -> RecordBatch {
+    let fields: Vec<arrow::datatypes::Field> = batch.schema().fields().iter().map(|f| f.as_ref().clone().with_metadata(Default::default())).collect();
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new_with_metadata(fields, batch.schema().metadata().clone()));
+    RecordBatch::try_new(schema, batch.columns().to_vec()).expect("the same columns under the same types")
+}
+
+/// Comments on silver's metadata columns.
+fn silver_comments() -> std::collections::HashMap<&'static str, &'static str> {
+    std::collections::HashMap::from([
+        (START_LSN, "Commit LSN of the change that wrote this row's current image"),
+        (COMMIT_TS, "Commit time (UTC) of that change"),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ranges cover every key, split where the keys are furthest apart.
+    #[test]
+    fn key_ranges_split_at_the_widest_gaps() {
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("id", arrow::datatypes::DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema, vec![std::sync::Arc::new(Int64Array::from(vec![1000, 5, 1001, 7, 1_000_000, 6]))]).unwrap();
+        let keys = vec!["id".to_owned()];
+        assert_eq!(key_ranges(&batch, &keys, 3).unwrap(), "target.\"id\" BETWEEN 5 AND 7 OR target.\"id\" BETWEEN 1000 AND 1001 OR target.\"id\" = 1000000");
+        assert_eq!(key_ranges(&batch, &keys, 1).unwrap(), "target.\"id\" BETWEEN 5 AND 1000000");
+        assert!(key_ranges(&batch, &["id".to_owned(), "other".to_owned()], 3).is_none());
+    }
+
+    #[test]
+    fn table_locations_compare_as_urls() {
+        assert!(same_table("s3://lake/bronze/", "s3://lake/bronze"));
+        assert!(!same_table("s3://lake/bronze", "s3://lake/bronze2"));
+        assert!(same_table("./lake/bronze", &format!("file://{}/lake/bronze/", std::env::current_dir().unwrap().display())));
+    }
+}

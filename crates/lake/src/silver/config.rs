@@ -1,0 +1,96 @@
+//! [`SilverOptions`]: the options of a `delta-silver` connector file.
+
+use serde::{Deserialize, Serialize};
+
+use mssql_cdc_core::config::problem::Problems;
+use crate::delta::location::check_location;
+use crate::delta::storage::StorageOptions;
+use mssql_cdc_core::stage::ConnectorKind;
+
+/// Options of `delta-silver`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SilverOptions {
+    /// The bronze table to follow. Required.
+    pub bronze: Option<String>,
+    /// The silver table (current state by key). Required.
+    pub target: Option<String>,
+    /// The writer's identity in the Delta `txn` actions. Required.
+    pub app_id: Option<String>,
+    /// Key columns. Default: the capture instance's key as recorded by the feed.
+    pub keys: Option<Vec<String>>,
+    /// The finalization table holding `finalized_until` and the applied position. Required.
+    pub control_table: Option<String>,
+    /// The facts table the bronze sink writes (its `facts_table`). Required: silver follows
+    /// the batches recorded there, heartbeats included, which move the verdict on a quiet table.
+    pub facts_table: Option<String>,
+    /// Granularity `finalized_until` is truncated to: `minute`, `hour` (default) or `day`.
+    pub granularity: Granularity,
+    /// Most bronze batches one apply step folds into one silver commit. Default 100, 1–100000.
+    pub max_batches_per_apply: u64,
+    /// How long to wait when bronze has nothing new, milliseconds. Default 1000.
+    pub poll_interval_ms: u64,
+    /// Object-store settings for all four tables (as `delta-bronze`'s `[storage_options]`).
+    pub storage_options: StorageOptions,
+}
+
+impl Default for SilverOptions {
+    fn default() -> Self {
+        Self {
+            bronze: None,
+            target: None,
+            app_id: None,
+            keys: None,
+            control_table: None,
+            facts_table: None,
+            granularity: Granularity::default(),
+            max_batches_per_apply: 100,
+            poll_interval_ms: 1000,
+            storage_options: StorageOptions::default(),
+        }
+    }
+}
+
+/// The unit `finalized_until` moves in.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Granularity {
+    /// Whole minutes.
+    Minute,
+    /// Whole hours.
+    #[default]
+    Hour,
+    /// Whole days (UTC).
+    Day,
+}
+
+impl ConnectorKind for SilverOptions {
+    const KIND: &'static str = "delta-silver";
+    const SUMMARY: &'static str = "apply_changes from bronze into silver, and the finalized_until verdict";
+
+    fn build(self, context: &mssql_cdc_core::stage::StageContext) -> Result<Box<dyn mssql_cdc_core::stage::Stage>, mssql_cdc_core::stage::StageError> {
+        Ok(Box::new(super::SilverSink::new(self, context)))
+    }
+
+    fn validate(&self, problems: &mut Problems) {
+        check_location(problems, "bronze", self.bronze.as_deref(), true);
+        check_location(problems, "target", self.target.as_deref(), true);
+        check_location(problems, "control_table", self.control_table.as_deref(), true);
+        check_location(problems, "facts_table", self.facts_table.as_deref(), true);
+        if !(1..=100_000).contains(&self.max_batches_per_apply) {
+            problems.invalid("max_batches_per_apply", "out of range", "an integer from 1 to 100000");
+        }
+        if self.poll_interval_ms == 0 {
+            problems.invalid("poll_interval_ms", "zero", "milliseconds, at least 1");
+        }
+        self.storage_options.validate(problems, "storage_options");
+        if self.app_id.as_deref().is_none_or(|app_id| app_id.trim().is_empty()) {
+            problems.missing("app_id", "a stable writer id such as \"orders-silver-v1\"");
+        }
+        if let Some(keys) = &self.keys {
+            if keys.is_empty() || keys.iter().any(|key| key.trim().is_empty()) {
+                problems.invalid("keys", "empty", "a list of key column names, or omit it");
+            }
+        }
+    }
+}

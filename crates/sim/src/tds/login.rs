@@ -1,0 +1,155 @@
+//! PRELOGIN and LOGIN7: what the client asks for, and the server's answers.
+
+use super::wire::{Put, Reader};
+use crate::error::{SqlError, SqlResult};
+
+/// What LOGIN7 carried. Deliberately not `Debug`: it holds a password.
+#[derive(Default)]
+pub struct Login {
+    /// Requested packet size.
+    pub packet_size: u32,
+    /// SQL login name.
+    pub user: String,
+    /// Its password (never logged).
+    pub password: String,
+    /// Requested database (empty: the default).
+    pub database: String,
+    /// Application name.
+    pub app_name: String,
+}
+
+/// The PRELOGIN reply: version 16.0, encryption NOT_SUP, instance OK, MARS off.
+pub fn prelogin_reply() -> Vec<u8> {
+    let data: [&[u8]; 4] = [&[16, 0, 0x03, 0xE8, 0, 0], &[0x02], &[0x00], &[0x00]];
+    let tokens = [0x00u8, 0x01, 0x02, 0x04];
+    let table_len = tokens.len() * 5 + 1;
+    let mut out = Vec::new();
+    let mut offset = table_len;
+    for (token, item) in tokens.iter().zip(data) {
+        out.push(*token);
+        out.extend_from_slice(&(offset as u16).to_be_bytes());
+        out.extend_from_slice(&(item.len() as u16).to_be_bytes());
+        offset += item.len();
+    }
+    out.push(0xFF);
+    for item in data {
+        out.extend_from_slice(item);
+    }
+    out
+}
+
+/// The client's ENCRYPTION option from its PRELOGIN, if any.
+pub fn prelogin_encryption(payload: &[u8]) -> Option<u8> {
+    let mut at = 0;
+    while at + 5 <= payload.len() && payload[at] != 0xFF {
+        let token = payload[at];
+        let offset = usize::from(u16::from_be_bytes([payload[at + 1], payload[at + 2]]));
+        if token == 0x01 {
+            return payload.get(offset).copied();
+        }
+        at += 5;
+    }
+    None
+}
+
+fn unscramble(bytes: &[u8]) -> Vec<u8> {
+    bytes
+        .iter()
+        .map(|b| {
+            let x = b ^ 0xA5;
+            x.rotate_left(4)
+        })
+        .collect()
+}
+
+/// Parses a LOGIN7 payload.
+pub fn parse_login7(payload: &[u8]) -> SqlResult<Login> {
+    let mut reader = Reader::new(payload);
+    let _length = reader.u32le()?;
+    let _version = reader.u32le()?;
+    let packet_size = reader.u32le()?;
+    reader.take(24)?; // prog version, pid, connection id, flags, time zone, lcid
+    let field = |reader: &mut Reader<'_>| -> SqlResult<(usize, usize)> { Ok((usize::from(reader.u16le()?), usize::from(reader.u16le()?))) };
+    let _host = field(&mut reader)?;
+    let user = field(&mut reader)?;
+    let password = field(&mut reader)?;
+    let app = field(&mut reader)?;
+    let _server = field(&mut reader)?;
+    let _extension = field(&mut reader)?;
+    let _library = field(&mut reader)?;
+    let _language = field(&mut reader)?;
+    let database = field(&mut reader)?;
+    let text = |(offset, units): (usize, usize)| -> SqlResult<String> {
+        if units == 0 {
+            return Ok(String::new());
+        }
+        let bytes = payload.get(offset..offset + units * 2).ok_or_else(|| SqlError::new(4002, 16, "LOGIN7 field outside the packet"))?;
+        let units: Vec<u16> = bytes.chunks_exact(2).map(|p| u16::from_le_bytes([p[0], p[1]])).collect();
+        Ok(String::from_utf16_lossy(&units))
+    };
+    let password = {
+        let (offset, units) = password;
+        let bytes = payload.get(offset..offset + units * 2).ok_or_else(|| SqlError::new(4002, 16, "LOGIN7 password outside the packet"))?;
+        let plain = unscramble(bytes);
+        let units: Vec<u16> = plain.chunks_exact(2).map(|p| u16::from_le_bytes([p[0], p[1]])).collect();
+        String::from_utf16_lossy(&units)
+    };
+    Ok(Login { packet_size, user: text(user)?, password, database: text(database)?, app_name: text(app)? })
+}
+
+/// Builds a LOGIN7 payload (tests use it to play a client).
+pub fn build_login7(user: &str, password: &str, database: &str) -> Vec<u8> {
+    let scramble = |text: &str| -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.utf16(text);
+        bytes.iter().map(|b| b.rotate_left(4) ^ 0xA5).collect()
+    };
+    let fields: [Vec<u8>; 9] = [
+        { let mut b = Vec::new(); b.utf16("host"); b },
+        { let mut b = Vec::new(); b.utf16(user); b },
+        scramble(password),
+        { let mut b = Vec::new(); b.utf16("test"); b },
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        { let mut b = Vec::new(); b.utf16(database); b },
+    ];
+    let fixed = 94usize;
+    let mut data = Vec::new();
+    let mut table = Vec::new();
+    for field in &fields {
+        table.u16le((fixed + data.len()) as u16);
+        table.u16le((field.len() / 2) as u16);
+        data.extend_from_slice(field);
+    }
+    let mut out = Vec::new();
+    out.u32le((fixed + data.len()) as u32);
+    out.extend_from_slice(&[0x04, 0, 0, 0x74]);
+    out.u32le(4096);
+    out.extend_from_slice(&[0u8; 24]);
+    out.extend_from_slice(&table);
+    out.extend_from_slice(&[0u8; 6]);
+    out.extend_from_slice(&[0u8; 16]);
+    out.resize(fixed, 0);
+    out.extend_from_slice(&data);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn login7_fields_and_password_decode() {
+        let payload = build_login7("sa", "Pä55 word", "sales");
+        let login = parse_login7(&payload).unwrap();
+        assert_eq!((login.user.as_str(), login.password.as_str(), login.database.as_str()), ("sa", "Pä55 word", "sales"));
+    }
+
+    #[test]
+    fn prelogin_reply_says_encryption_not_supported() {
+        let reply = prelogin_reply();
+        assert_eq!(prelogin_encryption(&reply), Some(0x02));
+    }
+}

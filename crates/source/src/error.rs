@@ -1,0 +1,163 @@
+//! [`SourceError`]: why the source stage stopped or retries.
+
+use mssql_cdc_core::stage::Retriable;
+use mssql_cdc_types::lsn::Lsn;
+
+/// An error of the `mssql-source` stage. Messages never hold the password.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// SQL Server could not be reached or failed a query; retried while it is transient.
+    #[error("SQL Server: {message}")]
+    Sql {
+        /// The server's (or driver's) message, secrets removed.
+        message: String,
+        /// SQL Server's error number, when the server sent one.
+        code: Option<u32>,
+        /// Whether a new connection may succeed (deadlock, lock timeout, dropped connection,
+        /// failover).
+        transient: bool,
+    },
+    /// SQL Server stayed unreachable for longer than `retry_timeout_ms`.
+    #[error("SQL Server unavailable for {seconds} s (retry_timeout_ms), last error: {last}")]
+    Outage {
+        /// How long the retries went on.
+        seconds: u64,
+        /// The last error.
+        last: Box<SourceError>,
+    },
+    /// A configured capture instance does not exist, or matches two ignoring case.
+    #[error("capture_instances: {0}")]
+    CaptureInstance(String),
+    /// The captured columns cannot be published as configured.
+    #[error("capture instance `{capture_instance}`: {message}")]
+    Schema {
+        /// The capture instance.
+        capture_instance: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// CDC cleanup purged changes the stream had not read.
+    #[error(
+        "data loss on capture instance `{capture_instance}`: changes from {from_lsn} to {to_lsn} were purged by CDC cleanup before they were read (its minimum LSN is now {min_lsn}); set fail_on_data_loss = false to skip them with a data_skipped event, or re-snapshot"
+    )]
+    DataLoss {
+        /// The capture instance.
+        capture_instance: String,
+        /// First LSN lost.
+        from_lsn: Lsn,
+        /// Last LSN lost.
+        to_lsn: Lsn,
+        /// `sys.fn_cdc_get_min_lsn` now.
+        min_lsn: Lsn,
+    },
+    /// The control topic records a position the server has not reached (a restored or
+    /// different database).
+    #[error(
+        "capture instance `{capture_instance}`: the control topic `{control_topic}` is at {position}, past the server's maximum LSN {max_lsn}; was the database restored or replaced? Use a new topic_prefix (a new stream) or restore the server"
+    )]
+    AheadOfServer {
+        /// The capture instance.
+        capture_instance: String,
+        /// The control topic.
+        control_topic: String,
+        /// The position it records.
+        position: Lsn,
+        /// `sys.fn_cdc_get_max_lsn()`.
+        max_lsn: Lsn,
+    },
+    /// Kafka refused or lost something.
+    #[error("Kafka: {0}")]
+    Kafka(String),
+    /// A record could not be encoded.
+    #[error(transparent)]
+    Encode(#[from] mssql_cdc_core::log::encode::EncodeError),
+    /// The schema registry failed.
+    #[error(transparent)]
+    Registry(#[from] mssql_cdc_core::log::registry::RegistryError),
+    /// A secret could not be read.
+    #[error("password: {0}")]
+    Secret(#[from] mssql_cdc_core::config::secret::SecretError),
+    /// The control topic holds a record this version cannot read.
+    #[error("control topic `{topic}` offset {offset}: {message}")]
+    BadControlRecord {
+        /// The control topic.
+        topic: String,
+        /// The record's offset.
+        offset: i64,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl SourceError {
+    /// Whether retrying on a new connection may help.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Sql { transient: true, .. })
+    }
+
+    /// From a tiberius error, with `secrets` replaced by `***` in the message.
+    pub fn from_tiberius(error: tiberius::error::Error, secrets: &[&str]) -> Self {
+        use tiberius::error::Error as E;
+        let (code, transient) = match &error {
+            E::Server(token) => {
+                let code = token.code();
+                // 1205 deadlock victim, 1222 lock timeout, 40613/40197/40501/49918/4060 are the
+                // unavailable/failover family, 233/10053/10054 transport-level.
+                (Some(code), matches!(code, 1205 | 1222 | 233 | 4060 | 10053 | 10054 | 10928 | 10929 | 40197 | 40501 | 40613 | 49918 | 49919 | 49920))
+            }
+            E::Io { .. } | E::Tls(_) | E::Routing { .. } => (None, true),
+            E::Protocol(_) => (None, true),
+            _ => (None, false),
+        };
+        Self::Sql { message: redact(&error.to_string(), secrets), code, transient }
+    }
+
+    /// A dropped connection or a timeout talking to the server.
+    pub fn io(error: std::io::Error) -> Self {
+        Self::Sql { message: error.to_string(), code: None, transient: true }
+    }
+}
+
+impl Retriable for SourceError {
+    /// Kafka failures and an unreachable schema registry are retried. SQL Server's transient
+    /// errors are retried by the stream itself on a new connection for up to
+    /// `retry_timeout_ms`, the operator's budget for SQL Server outages: an [`Self::Outage`]
+    /// past it stops the stage. Data loss, a position ahead of the server, schema and
+    /// configuration problems are not retried.
+    fn is_retriable(&self) -> bool {
+        match self {
+            Self::Sql { transient, .. } => *transient,
+            Self::Kafka(_) => true,
+            Self::Registry(error) => error.is_transient(),
+            Self::Outage { .. } => false,
+            Self::CaptureInstance(_) | Self::Schema { .. } | Self::DataLoss { .. } | Self::AheadOfServer { .. } | Self::Encode(_) | Self::Secret(_) | Self::BadControlRecord { .. } => false,
+        }
+    }
+}
+
+/// `text` with every non-empty secret replaced by `***`.
+pub fn redact(text: &str, secrets: &[&str]) -> String {
+    secrets.iter().filter(|s| !s.is_empty()).fold(text.to_owned(), |text, secret| text.replace(secret, mssql_cdc_core::config::secret::REDACTED))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_loss_names_instance_and_range() {
+        let error = SourceError::DataLoss {
+            capture_instance: "dbo_orders".into(),
+            from_lsn: Lsn::parse_hex("10").unwrap(),
+            to_lsn: Lsn::parse_hex("1F").unwrap(),
+            min_lsn: Lsn::parse_hex("20").unwrap(),
+        };
+        let text = error.to_string();
+        assert!(text.contains("dbo_orders") && text.contains("0x00000000000000000010") && text.contains("0x0000000000000000001F"), "{text}");
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        assert_eq!(redact("login failed for pw S3cret!", &["S3cret!", ""]), "login failed for pw ***");
+    }
+}

@@ -1,0 +1,173 @@
+//! The Kafka side of the source: topics, an idempotent producer that records where each
+//! acknowledged record landed, and the control topic (written after the data, read on start).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::error::SourceError;
+use mssql_cdc_core::kafka::admin;
+use mssql_cdc_core::kafka::config::Properties;
+use mssql_cdc_core::kafka::KafkaConfig;
+use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
+
+/// Where acknowledged records landed since the last [`Publisher::begin`].
+#[derive(Debug, Default)]
+struct Acks {
+    partitions: BTreeMap<i32, PartitionRange>,
+    errors: Vec<String>,
+}
+
+/// Producer callbacks: fold each delivery report into [`Acks`].
+struct AckContext {
+    acks: Arc<Mutex<Acks>>,
+}
+
+impl ClientContext for AckContext {}
+
+impl ProducerContext for AckContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let mut acks = self.acks.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Ok(message) => {
+                let (partition, offset) = (message.partition(), message.offset());
+                let range = acks.partitions.entry(partition).or_insert(PartitionRange { partition, first_offset: offset, last_offset: offset, records: 0 });
+                range.first_offset = range.first_offset.min(offset);
+                range.last_offset = range.last_offset.max(offset);
+                range.records += 1;
+            }
+            Err((error, message)) => {
+                if acks.errors.len() < 10 {
+                    acks.errors.push(format!("{} partition {}: {error}", message.topic(), message.partition()));
+                }
+            }
+        }
+    }
+}
+
+/// Publishes one stream's records.
+pub struct Publisher {
+    producer: ThreadedProducer<AckContext>,
+    acks: Arc<Mutex<Acks>>,
+    client: ClientConfig,
+    cluster: KafkaConfig,
+    flush_timeout: Duration,
+}
+
+fn kafka(error: impl std::fmt::Display) -> SourceError {
+    SourceError::Kafka(error.to_string())
+}
+
+impl Publisher {
+    /// An idempotent producer (`acks=all`, `enable.idempotence=true`), keyed records spread by
+    /// the Java client's murmur2 partitioner so per-key order holds across clients.
+    pub fn new(cluster: &KafkaConfig, properties: &Properties, client_id: &str) -> Result<Self, SourceError> {
+        let client = cluster.client_config().map_err(kafka)?;
+        let mut config = client.clone();
+        config
+            .set("client.id", client_id)
+            .set("partitioner", "murmur2_random")
+            .set("linger.ms", "5")
+            .set("batch.size", "1000000")
+            .set("queue.buffering.max.messages", "500000")
+            .set("queue.buffering.max.kbytes", "1048576")
+            .set("message.max.bytes", "1000000");
+        for (key, value) in properties.iter() {
+            config.set(key, value.to_string());
+        }
+        config.set("enable.idempotence", "true").set("acks", "all");
+        let acks = Arc::new(Mutex::new(Acks::default()));
+        let producer = config.create_with_context(AckContext { acks: acks.clone() }).map_err(kafka)?;
+        Ok(Self { producer, acks, client, cluster: cluster.clone(), flush_timeout: Duration::from_secs(120) })
+    }
+
+    /// Creates the data topic (`partitions`) and the control topic (one partition) if missing.
+    pub async fn ensure_topics(&self, data: &str, partitions: i32, control: &str) -> Result<(), SourceError> {
+        admin::ensure_topics(&self.cluster, &[(data, partitions), (control, 1)]).await.map_err(kafka)
+    }
+
+    /// Starts a new set of records: forgets earlier acknowledgements.
+    pub fn begin(&self) {
+        *self.acks.lock().unwrap_or_else(|e| e.into_inner()) = Acks::default();
+    }
+
+    /// Queues one record, waiting while librdkafka's queue is full.
+    pub fn send(&self, topic: &str, key: &[u8], value: &[u8]) -> Result<(), SourceError> {
+        let mut record = BaseRecord::to(topic).key(key).payload(value);
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
+                    record = returned;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err((error, _)) => return Err(kafka(error)),
+            }
+        }
+    }
+
+    /// Waits until every queued record is acknowledged and returns where they landed; any
+    /// failed delivery fails the whole set.
+    pub fn finish(&self) -> Result<Vec<PartitionRange>, SourceError> {
+        self.producer.flush(self.flush_timeout).map_err(|e| SourceError::Kafka(format!("records not acknowledged: {e}")))?;
+        let acks = std::mem::take(&mut *self.acks.lock().unwrap_or_else(|e| e.into_inner()));
+        if !acks.errors.is_empty() {
+            return Err(SourceError::Kafka(format!("records not delivered: {}", acks.errors.join("; "))));
+        }
+        Ok(acks.partitions.into_values().collect())
+    }
+
+    /// Writes a control record and waits for its acknowledgement; returns its offset.
+    pub fn send_control(&self, topic: &str, record: &ControlRecord) -> Result<i64, SourceError> {
+        self.begin();
+        let value = serde_json::to_vec(record).map_err(kafka)?;
+        self.send(topic, record.capture_instance.as_bytes(), &value)?;
+        let ranges = self.finish()?;
+        ranges.first().map(|r| r.last_offset).ok_or_else(|| SourceError::Kafka(format!("control record to `{topic}` not acknowledged")))
+    }
+
+    /// The last record of the control topic, if any (blocking; run it off the async threads).
+    pub fn last_control(&self, topic: &str) -> Result<Option<ControlRecord>, SourceError> {
+        let mut config = self.client.clone();
+        config
+            .set("group.id", format!("mssql-cdc-source-resume-{}", uuid::Uuid::new_v4()))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .set("auto.offset.reset", "earliest");
+        let consumer: BaseConsumer = config.create().map_err(kafka)?;
+        let timeout = Duration::from_secs(30);
+        let (low, high) = consumer.fetch_watermarks(topic, 0, timeout).map_err(kafka)?;
+        if high <= low {
+            return Ok(None);
+        }
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(topic, 0, Offset::Offset(high - 1)).map_err(kafka)?;
+        consumer.assign(&assignment).map_err(kafka)?;
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            match consumer.poll(Duration::from_millis(500)) {
+                Some(Ok(message)) if message.offset() == high - 1 => {
+                    let record = ControlRecord::decode(message.payload().unwrap_or_default()).map_err(|e| SourceError::BadControlRecord {
+                        topic: topic.to_owned(),
+                        offset: message.offset(),
+                        message: e.to_string(),
+                    })?;
+                    return Ok(Some(record));
+                }
+                Some(Ok(_)) | None => {}
+                Some(Err(KafkaError::PartitionEOF(_))) => {}
+                Some(Err(error)) => return Err(kafka(error)),
+            }
+        }
+        Err(SourceError::Kafka(format!("could not read the last record of `{topic}` (offset {}) within 30 s", high - 1)))
+    }
+}

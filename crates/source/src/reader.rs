@@ -1,0 +1,350 @@
+//! The T-SQL the source runs. Every statement is parameterised with a text that stays the same
+//! for the stream's life (one cached plan each on SQL Server), reads `cdc.lsn_time_mapping` and
+//! the change table through their clustered indexes (`start_lsn`, `__$start_lsn`), and looks
+//! commit times up once per batch, never per row.
+
+use chrono::{DateTime, FixedOffset, NaiveDateTime};
+use futures::TryStreamExt;
+use tiberius::{ColumnData, Row};
+
+use super::config::{parse_column, MssqlSourceOptions};
+use super::connection::{Connector, TdsClient};
+use super::error::SourceError;
+use super::rows::ChangeCoordinates;
+use mssql_cdc_core::log::schema::{Column, ColumnType, TableSchema};
+use mssql_cdc_types::lsn::Lsn;
+
+/// A resolved capture instance.
+#[derive(Clone, Debug)]
+pub struct Instance {
+    /// Its name, as SQL Server spells it.
+    pub name: String,
+    /// The source table's schema.
+    pub source_schema: String,
+    /// The source table.
+    pub source_table: String,
+    /// The key columns CDC tracks (its unique index).
+    pub index_columns: Vec<String>,
+}
+
+/// The server's CDC state before a batch.
+#[derive(Clone, Debug)]
+pub struct ServerState {
+    /// `sys.fn_cdc_get_max_lsn()`.
+    pub max_lsn: Lsn,
+    /// `sys.fn_cdc_get_min_lsn(<instance>)`.
+    pub min_lsn: Lsn,
+    /// `SYSDATETIMEOFFSET()`.
+    pub now: DateTime<FixedOffset>,
+    /// Local commit time of `max_lsn` (`sys.fn_cdc_map_lsn_to_time`).
+    pub max_lsn_time: Option<NaiveDateTime>,
+}
+
+/// One row of a change table as read: its coordinates, `__$command_id` (when read) and the
+/// captured values in column order.
+pub struct ChangeRow {
+    /// `__$start_lsn`, `__$seqval`, `__$operation`.
+    pub at: ChangeCoordinates,
+    /// `__$command_id`.
+    pub command_id: Option<i32>,
+    /// The captured columns.
+    pub values: Vec<ColumnData<'static>>,
+}
+
+/// A commit of `cdc.lsn_time_mapping`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Commit {
+    /// Its LSN.
+    pub lsn: Lsn,
+    /// `tran_end_time`: server-local time.
+    pub local_time: NaiveDateTime,
+}
+
+/// Runs one statement and returns its first result set.
+async fn rows(client: &mut TdsClient, connector: &Connector, sql: &str, params: &[&dyn tiberius::ToSql]) -> Result<Vec<Row>, SourceError> {
+    let stream = client.query(sql, params).await.map_err(|e| connector.error(e))?;
+    stream.into_first_result().await.map_err(|e| connector.error(e))
+}
+
+fn text(row: &Row, index: usize) -> Option<String> {
+    row.try_get::<&str, _>(index).ok().flatten().map(str::to_owned)
+}
+
+fn lsn(row: &Row, index: usize) -> Option<Lsn> {
+    row.try_get::<&[u8], _>(index).ok().flatten().and_then(Lsn::from_bytes)
+}
+
+/// `DB_NAME()`.
+pub async fn database_name(client: &mut TdsClient, connector: &Connector) -> Result<String, SourceError> {
+    let rows = rows(client, connector, "SELECT DB_NAME()", &[]).await?;
+    rows.first().and_then(|r| text(r, 0)).ok_or_else(|| SourceError::Sql { message: "DB_NAME() returned nothing".into(), code: None, transient: false })
+}
+
+/// Finds the configured capture instance: ignoring case, an exact match winning, and two that
+/// differ only in case refused.
+pub async fn resolve_instance(client: &mut TdsClient, connector: &Connector, wanted: &str) -> Result<Instance, SourceError> {
+    let rows = rows(client, connector, "EXEC sys.sp_cdc_help_change_data_capture", &[]).await?;
+    let all: Vec<Instance> = rows
+        .iter()
+        .filter_map(|row| {
+            Some(Instance {
+                source_schema: text(row, 0)?,
+                source_table: text(row, 1)?,
+                name: text(row, 2)?,
+                index_columns: text(row, 13).map(|list| split_column_list(&list)).unwrap_or_default(),
+            })
+        })
+        .collect();
+    choose_instance(all, wanted)
+}
+
+/// The choice rule of [`resolve_instance`], pure.
+pub fn choose_instance(all: Vec<Instance>, wanted: &str) -> Result<Instance, SourceError> {
+    if let Some(exact) = all.iter().find(|i| i.name == wanted) {
+        return Ok(exact.clone());
+    }
+    let mut matches: Vec<Instance> = all.iter().filter(|i| i.name.to_lowercase() == wanted.to_lowercase()).cloned().collect();
+    match matches.len() {
+        1 => Ok(matches.remove(0)),
+        0 => {
+            let known: Vec<&str> = all.iter().map(|i| i.name.as_str()).collect();
+            Err(SourceError::CaptureInstance(format!("no capture instance `{wanted}` in the database; it has: {}", if known.is_empty() { "none".to_owned() } else { known.join(", ") })))
+        }
+        _ => {
+            let names: Vec<&str> = matches.iter().map(|i| i.name.as_str()).collect();
+            Err(SourceError::CaptureInstance(format!("`{wanted}` matches {} ignoring case; give the exact name", names.join(" and "))))
+        }
+    }
+}
+
+/// `[a], [b c]` → `a`, `b c`.
+fn split_column_list(list: &str) -> Vec<String> {
+    list.split(',').map(|part| part.trim().trim_start_matches('[').trim_end_matches(']').replace("]]", "]")).filter(|p| !p.is_empty()).collect()
+}
+
+/// Quotes a name for T-SQL.
+pub fn quote(name: &str) -> String {
+    format!("[{}]", name.replace(']', "]]"))
+}
+
+/// The captured columns with their types, and the select list that reads them (casts
+/// applied), following the `columns` option.
+pub async fn table_schema(
+    client: &mut TdsClient,
+    connector: &Connector,
+    instance: &Instance,
+    options: &MssqlSourceOptions,
+) -> Result<(TableSchema, Vec<String>), SourceError> {
+    let sql = "SELECT cc.column_name, t.name, c.precision, c.scale \
+               FROM cdc.change_tables ct \
+               JOIN cdc.captured_columns cc ON cc.object_id = ct.object_id \
+               JOIN sys.columns c ON c.object_id = ct.object_id AND c.name = cc.column_name \
+               JOIN sys.types t ON t.user_type_id = c.user_type_id \
+               WHERE ct.capture_instance = @P1 \
+               ORDER BY cc.column_ordinal";
+    let rows = rows(client, connector, sql, &[&instance.name.as_str()]).await?;
+    let mut captured = Vec::new();
+    for row in &rows {
+        let name = text(row, 0).unwrap_or_default();
+        let type_name = text(row, 1).unwrap_or_default();
+        let precision = row.try_get::<u8, _>(2).ok().flatten().unwrap_or(0);
+        let scale = row.try_get::<u8, _>(3).ok().flatten().unwrap_or(0);
+        captured.push((name, type_name, precision, scale));
+    }
+    build_schema(&instance.name, &instance.index_columns, &captured, options)
+}
+
+/// Builds the schema and select list from the catalog's facts, pure.
+pub fn build_schema(
+    capture_instance: &str,
+    index_columns: &[String],
+    captured: &[(String, String, u8, u8)],
+    options: &MssqlSourceOptions,
+) -> Result<(TableSchema, Vec<String>), SourceError> {
+    let schema_error = |message: String| SourceError::Schema { capture_instance: capture_instance.to_owned(), message };
+    if captured.is_empty() {
+        return Err(schema_error("the capture instance has no captured columns".into()));
+    }
+    let find = |name: &str| captured.iter().find(|c| c.0 == name).or_else(|| captured.iter().find(|c| c.0.eq_ignore_ascii_case(name)));
+    let mut columns = Vec::new();
+    let mut select = Vec::new();
+    let wanted: Vec<(String, Option<(String, ColumnType)>)> = if options.columns.is_empty() {
+        captured.iter().map(|c| (c.0.clone(), None)).collect()
+    } else {
+        options.columns.iter().filter_map(|c| parse_column(c)).collect()
+    };
+    for (name, cast) in wanted {
+        let (actual, type_name, precision, scale) =
+            find(&name).ok_or_else(|| schema_error(format!("columns: `{name}` is not captured; captured: {}", captured.iter().map(|c| c.0.as_str()).collect::<Vec<_>>().join(", "))))?;
+        let ty = match &cast {
+            Some((_, ty)) => *ty,
+            None => ColumnType::from_sql(type_name, *precision, *scale)
+                .ok_or_else(|| schema_error(format!("column `{actual}` has type {type_name}, which the log cannot carry; leave it out with `columns` or cast it (e.g. \"{actual} nvarchar(max)\")")))?,
+        };
+        select.push(match &cast {
+            Some((sql_type, _)) => format!("CAST({} AS {sql_type}) AS {}", quote(actual), quote(actual)),
+            None => quote(actual),
+        });
+        columns.push(Column { name: actual.clone(), ty });
+    }
+    let mut key = Vec::new();
+    for index_column in index_columns {
+        let column = columns
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(index_column))
+            .ok_or_else(|| schema_error(format!("columns: the key column `{index_column}` must be listed (records are keyed by it)")))?;
+        key.push(column.name.clone());
+    }
+    if key.is_empty() {
+        return Err(schema_error("the capture instance has no unique index (no key columns); records could not be keyed".into()));
+    }
+    Ok((TableSchema { columns, key, include_command_id: options.include_command_id }, select))
+}
+
+/// The maximum and minimum LSNs and the server clock.
+pub async fn server_state(client: &mut TdsClient, connector: &Connector, instance: &str) -> Result<ServerState, SourceError> {
+    let sql = "SELECT sys.fn_cdc_get_max_lsn(), sys.fn_cdc_get_min_lsn(@P1), SYSDATETIMEOFFSET(), \
+               sys.fn_cdc_map_lsn_to_time(sys.fn_cdc_get_max_lsn())";
+    let rows = rows(client, connector, sql, &[&instance]).await?;
+    let row = rows.first().ok_or_else(|| SourceError::Sql { message: "the state query returned no row".into(), code: None, transient: true })?;
+    Ok(ServerState {
+        max_lsn: lsn(row, 0).unwrap_or(Lsn::ZERO),
+        min_lsn: lsn(row, 1).unwrap_or(Lsn::ZERO),
+        now: row.try_get::<DateTime<FixedOffset>, _>(2).ok().flatten().unwrap_or_else(|| chrono::Utc::now().fixed_offset()),
+        max_lsn_time: row.try_get::<NaiveDateTime, _>(3).ok().flatten(),
+    })
+}
+
+/// `CURRENT_TIMEZONE_ID()`, or `None` where the server lacks it (before SQL Server 2022).
+pub async fn current_timezone_id(client: &mut TdsClient, connector: &Connector) -> Result<Option<String>, SourceError> {
+    match rows(client, connector, "SELECT CURRENT_TIMEZONE_ID()", &[]).await {
+        Ok(rows) => Ok(rows.first().and_then(|r| text(r, 0))),
+        Err(SourceError::Sql { code: Some(195), .. }) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// The cleanup job's retention, minutes (`sys.sp_cdc_help_jobs`), if readable.
+pub async fn retention_minutes(client: &mut TdsClient, connector: &Connector) -> Option<i64> {
+    let rows = rows(client, connector, "EXEC sys.sp_cdc_help_jobs", &[]).await.ok()?;
+    rows.iter().find(|r| text(r, 1).as_deref() == Some("cleanup")).and_then(|r| r.try_get::<i64, _>(7).ok().flatten())
+}
+
+/// The commits after `from`, up to `max`: at most `limit` (plus one more, to learn the time of
+/// the first commit left for later). Ordered by LSN.
+pub async fn plan(client: &mut TdsClient, connector: &Connector, from: Lsn, max: Lsn, limit: Option<u64>) -> Result<Vec<Commit>, SourceError> {
+    let top = limit.map(|n| format!("TOP ({}) ", n.saturating_add(1))).unwrap_or_default();
+    let sql = format!(
+        "SELECT {top}start_lsn, tran_end_time FROM cdc.lsn_time_mapping \
+         WHERE start_lsn > @P1 AND start_lsn <= @P2 ORDER BY start_lsn"
+    );
+    let (from, max) = (from.0.to_vec(), max.0.to_vec());
+    let rows = rows(client, connector, &sql, &[&from, &max]).await?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| Some(Commit { lsn: lsn(row, 0)?, local_time: row.try_get::<NaiveDateTime, _>(1).ok().flatten()? }))
+        .collect())
+}
+
+/// The text that reads a batch's change rows, in (`__$start_lsn`, `__$seqval`,
+/// `__$operation`) order, from the change table's clustered index.
+pub fn change_query(instance: &str, select: &[String], include_command_id: bool) -> String {
+    let command_id = if include_command_id { "[__$command_id], " } else { "" };
+    format!(
+        "SELECT [__$start_lsn], [__$seqval], [__$operation], {command_id}{} FROM cdc.{} \
+         WHERE [__$start_lsn] > @P1 AND [__$start_lsn] <= @P2 \
+         ORDER BY [__$start_lsn], [__$seqval], [__$operation]",
+        select.join(", "),
+        quote(&format!("{instance}_CT")),
+    )
+}
+
+/// Streams the change rows of `(from, to]`, calling `each` per row with its CDC columns and
+/// the captured values. Returns the rows read.
+pub async fn read_changes<F>(
+    client: &mut TdsClient,
+    connector: &Connector,
+    sql: &str,
+    from: Lsn,
+    to: Lsn,
+    include_command_id: bool,
+    mut each: F,
+) -> Result<u64, SourceError>
+where
+    F: FnMut(ChangeRow) -> Result<(), SourceError>,
+{
+    let (from, to) = (from.0.to_vec(), to.0.to_vec());
+    let stream = client.query(sql, &[&from, &to]).await.map_err(|e| connector.error(e))?;
+    let mut rows = stream.into_row_stream();
+    let mut count = 0u64;
+    let bad = |what: &str| SourceError::Sql { message: format!("change row without a valid {what}"), code: None, transient: false };
+    while let Some(row) = rows.try_next().await.map_err(|e| connector.error(e))? {
+        let mut values: Vec<ColumnData<'static>> = row.into_iter().collect();
+        let captured = values.split_off(if include_command_id { 4 } else { 3 });
+        let mut meta = values.into_iter();
+        let start_lsn = match meta.next() {
+            Some(ColumnData::Binary(Some(bytes))) => Lsn::from_bytes(&bytes).ok_or_else(|| bad("__$start_lsn"))?,
+            _ => return Err(bad("__$start_lsn")),
+        };
+        let seqval = match meta.next() {
+            Some(ColumnData::Binary(Some(bytes))) => Lsn::from_bytes(&bytes).ok_or_else(|| bad("__$seqval"))?,
+            _ => return Err(bad("__$seqval")),
+        };
+        let operation = match meta.next() {
+            Some(ColumnData::I32(Some(op))) => op,
+            Some(ColumnData::U8(Some(op))) => i32::from(op),
+            _ => return Err(bad("__$operation")),
+        };
+        let command_id = match meta.next() {
+            Some(ColumnData::I32(id)) => id,
+            _ => None,
+        };
+        each(ChangeRow { at: ChangeCoordinates { start_lsn, seqval, operation }, command_id, values: captured })?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(name: &str) -> Instance {
+        Instance { name: name.into(), source_schema: "dbo".into(), source_table: "t".into(), index_columns: vec!["id".into()] }
+    }
+
+    #[test]
+    fn capture_instances_match_ignoring_case_with_exact_winning() {
+        let all = vec![instance("dbo_Orders"), instance("dbo_orders"), instance("dbo_items")];
+        assert_eq!(choose_instance(all.clone(), "dbo_orders").unwrap().name, "dbo_orders");
+        assert_eq!(choose_instance(all.clone(), "DBO_ITEMS").unwrap().name, "dbo_items");
+        let ambiguous = choose_instance(all.clone(), "DBO_ORDERS").unwrap_err().to_string();
+        assert!(ambiguous.contains("dbo_Orders and dbo_orders"), "{ambiguous}");
+        assert!(choose_instance(all, "dbo_nope").unwrap_err().to_string().contains("dbo_items"));
+    }
+
+    #[test]
+    fn schema_follows_the_columns_option_and_requires_the_key() {
+        let captured = vec![
+            ("id".to_owned(), "int".to_owned(), 10, 0),
+            ("amount".to_owned(), "money".to_owned(), 19, 4),
+            ("shape".to_owned(), "geography".to_owned(), 0, 0),
+        ];
+        let options = MssqlSourceOptions { columns: vec!["ID".into(), "amount decimal(10,2)".into()], ..Default::default() };
+        let (schema, select) = build_schema("dbo_t", &["id".into()], &captured, &options).unwrap();
+        assert_eq!(select, vec!["[id]", "CAST([amount] AS decimal(10,2)) AS [amount]"]);
+        assert_eq!(schema.columns[1].ty, ColumnType::Decimal { precision: 10, scale: 2 });
+        let all = build_schema("dbo_t", &["id".into()], &captured, &MssqlSourceOptions::default()).unwrap_err().to_string();
+        assert!(all.contains("shape") && all.contains("geography"), "{all}");
+        let keyless = MssqlSourceOptions { columns: vec!["amount".into()], ..Default::default() };
+        let error = build_schema("dbo_t", &["id".into()], &captured, &keyless).unwrap_err().to_string();
+        assert!(error.contains("key column `id`"), "{error}");
+    }
+
+    #[test]
+    fn the_change_query_orders_by_the_clustered_key() {
+        let sql = change_query("dbo_orders", &["[id]".into()], true);
+        assert!(sql.contains("FROM cdc.[dbo_orders_CT]"), "{sql}");
+        assert!(sql.ends_with("ORDER BY [__$start_lsn], [__$seqval], [__$operation]"), "{sql}");
+    }
+}

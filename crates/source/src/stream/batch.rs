@@ -1,0 +1,312 @@
+//! One batch, top-down: **plan** the commits after the position → **read** their change rows
+//! → **encode** and **publish** them as they arrive → wait for every acknowledgement → the
+//! **control record** naming them → advance the position.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use super::{Position, Setup, Step, Stream};
+use crate::connection::TdsClient;
+use crate::error::SourceError;
+use crate::reader::{self, ChangeRow, Commit, ServerState};
+use crate::rows::BatchBuilder;
+use crate::zone::ZoneRule;
+use mssql_cdc_core::log::control::{ControlRecord, Event, PartitionRange, SourceMetrics, CONTROL_VERSION};
+use mssql_cdc_core::log::encode::{confluent_header, RowEncoder};
+use mssql_cdc_core::telemetry::events::SourceBatchPublished;
+use mssql_cdc_types::lsn::Lsn;
+
+/// A planned batch: the commits after the position, at most `max_commits_per_batch` and never
+/// past the server's maximum LSN, with their UTC commit times.
+struct Plan {
+    /// Reading starts after this LSN (the position, or past changes skipped as lost).
+    from: Lsn,
+    /// The last commit of the batch (`from` when there is none).
+    to: Lsn,
+    commits: Vec<Commit>,
+    /// The first commit left for the next batch, if the limit cut the plan.
+    next_unread: Option<Commit>,
+    /// Whether the batch reaches the server's maximum LSN.
+    caught_up: bool,
+    /// Whether a heartbeat is due when the batch has no rows.
+    heartbeat_due: bool,
+    zone: ZoneRule,
+    /// Each commit's UTC time, in LSN order.
+    utc: Vec<(Lsn, DateTime<Utc>)>,
+    events: Vec<Event>,
+    warnings: Vec<String>,
+}
+
+/// What reading and publishing a batch's rows produced.
+#[derive(Default)]
+struct Rows {
+    count: u64,
+    bytes: u64,
+    min_lsn: Option<Lsn>,
+    max_lsn: Option<Lsn>,
+}
+
+impl Stream {
+    /// Plans, reads, publishes and records one batch; `Idle` when there was nothing worth a
+    /// record.
+    pub(super) async fn batch(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, state: ServerState) -> Result<Step, SourceError> {
+        let started = Instant::now();
+        let Some(mut plan) = self.plan(conn, setup, position, &state).await? else {
+            return Ok(Step::Idle);
+        };
+        self.publisher.begin();
+        let rows = self.read(conn, setup, position, &mut plan).await?;
+        if rows.count == 0 && plan.events.is_empty() && plan.caught_up && !plan.heartbeat_due {
+            // Nothing worth a record yet: the commits stay for the next batch.
+            self.publisher.finish()?;
+            return Ok(Step::Idle);
+        }
+        let partitions = self.publisher.finish()?;
+        let acknowledged: u64 = partitions.iter().map(|p| p.records).sum();
+        if acknowledged != rows.count {
+            return Err(SourceError::Kafka(format!("{} rows read but {acknowledged} acknowledged", rows.count)));
+        }
+        let record = self.control_record(setup, position, &plan, &rows, partitions, &state, started.elapsed());
+        let publisher = &self.publisher;
+        tokio::task::block_in_place(|| publisher.send_control(&setup.control_topic, &record))?;
+        self.published(&record, started.elapsed());
+        position.advance(&record);
+        self.progress.advance();
+        Ok(if plan.caught_up { Step::Idle } else { Step::Published })
+    }
+
+    /// Plans the batch after `position`; `None` while CDC has captured nothing yet.
+    async fn plan(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, state: &ServerState) -> Result<Option<Plan>, SourceError> {
+        let ci = setup.instance.name.as_str();
+        // An empty lsn_time_mapping (CDC enabled, nothing captured yet) reports a maximum of
+        // zero while the capture instance already has its start LSN: nothing to read yet.
+        if state.max_lsn == Lsn::ZERO {
+            return Ok(None);
+        }
+        if position.lsn > state.max_lsn {
+            return Err(SourceError::AheadOfServer {
+                capture_instance: ci.to_owned(),
+                control_topic: setup.control_topic.clone(),
+                position: position.lsn,
+                max_lsn: state.max_lsn,
+            });
+        }
+        let mut events = Vec::new();
+        let mut from = position.lsn;
+        if let Some(skipped) = self.check_loss(ci, from, state.min_lsn, true)? {
+            from = state.min_lsn.decrement();
+            events.push(skipped);
+        }
+        let (zone, warnings) = match &setup.zone {
+            Some(zone) => (ZoneRule::Named(zone.clone()), Vec::new()),
+            None => (
+                ZoneRule::CurrentOffset(*state.now.offset()),
+                vec![format!("commit times converted with the server's current UTC offset {} (no zone name)", state.now.offset())],
+            ),
+        };
+        let mut commits = if state.max_lsn > from {
+            reader::plan(conn, &self.connector, from, state.max_lsn, self.options.max_commits_per_batch).await?
+        } else {
+            Vec::new()
+        };
+        let next_unread = match self.options.max_commits_per_batch {
+            Some(limit) if commits.len() as u64 > limit => commits.pop(),
+            _ => None,
+        };
+        let to = commits.last().map_or(from, |c| c.lsn);
+        let utc = commit_times(&zone, &commits, position.last_commit_ts);
+        Ok(Some(Plan {
+            from,
+            to,
+            commits,
+            next_unread,
+            caught_up: to >= state.max_lsn,
+            heartbeat_due: position.last_published.elapsed() >= Duration::from_millis(self.options.heartbeat_interval_ms),
+            zone,
+            utc,
+            events,
+            warnings,
+        }))
+    }
+
+    /// Reads the planned change rows into Arrow batches of `fetch_rows`, encoding and
+    /// publishing each as it fills; then checks for data loss again (cleanup may have run
+    /// during the read) and adds any `data_skipped` event to the plan.
+    async fn read(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, plan: &mut Plan) -> Result<Rows, SourceError> {
+        let mut rows = Rows::default();
+        if plan.to <= plan.from {
+            return Ok(rows);
+        }
+        let ci = setup.instance.name.as_str();
+        let (from, to, utc) = (plan.from, plan.to, &plan.utc);
+        let mut builder = BatchBuilder::new(&setup.schema, ci, position.generation, self.options.fetch_rows);
+        let read = reader::read_changes(conn, &self.connector, &setup.change_sql, from, to, setup.schema.include_command_id, |row: ChangeRow| {
+            let start_lsn = row.at.start_lsn;
+            let commit_ts = match utc.binary_search_by(|(lsn, _)| lsn.cmp(&start_lsn)) {
+                Ok(i) => utc[i].1,
+                Err(_) => {
+                    let message = format!("change row at {start_lsn} has no commit in cdc.lsn_time_mapping between {from} and {to}");
+                    return Err(SourceError::Sql { message, code: None, transient: false });
+                }
+            };
+            builder
+                .append(row.at, row.command_id, commit_ts, row.values.into_iter())
+                .map_err(|e| SourceError::Schema { capture_instance: ci.to_owned(), message: e.to_string() })?;
+            rows.min_lsn = Some(rows.min_lsn.map_or(start_lsn, |m| m.min(start_lsn)));
+            rows.max_lsn = Some(rows.max_lsn.map_or(start_lsn, |m| m.max(start_lsn)));
+            if builder.len() >= self.options.fetch_rows {
+                rows.bytes += self.publish_rows(setup, &builder.finish())?;
+            }
+            Ok(())
+        })
+        .await?;
+        rows.count = read;
+        if !builder.is_empty() {
+            rows.bytes += self.publish_rows(setup, &builder.finish())?;
+        }
+        let after = reader::server_state(conn, &self.connector, ci).await?;
+        if let Some(skipped) = self.check_loss(ci, plan.from, after.min_lsn, false)? {
+            plan.events.push(skipped);
+        }
+        Ok(rows)
+    }
+
+    /// Encodes one Arrow batch (JSON, or Avro in the Confluent wire format) and queues its
+    /// records; returns the bytes queued.
+    fn publish_rows(&self, setup: &Setup, batch: &arrow::array::RecordBatch) -> Result<u64, SourceError> {
+        let encoder = RowEncoder::new(&setup.schema, batch)?;
+        let mut key = Vec::with_capacity(64);
+        let mut value = Vec::with_capacity(512);
+        let mut bytes = 0u64;
+        for row in 0..encoder.rows() {
+            key.clear();
+            value.clear();
+            match (setup.key_schema_id, setup.value_schema_id) {
+                (Some(key_id), Some(value_id)) => {
+                    confluent_header(key_id, &mut key);
+                    encoder.key_avro(row, &mut key)?;
+                    confluent_header(value_id, &mut value);
+                    encoder.value_avro(row, &mut value)?;
+                }
+                _ => {
+                    encoder.key_json(row, &mut key);
+                    encoder.value_json(row, &mut value);
+                }
+            }
+            self.publisher.send(&setup.data_topic, &key, &value)?;
+            bytes += (key.len() + value.len()) as u64;
+        }
+        Ok(bytes)
+    }
+
+    /// The control record naming the batch's acknowledged records.
+    #[allow(clippy::too_many_arguments)]
+    fn control_record(&self, setup: &Setup, position: &Position, plan: &Plan, rows: &Rows, partitions: Vec<PartitionRange>, state: &ServerState, read: Duration) -> ControlRecord {
+        let now_utc = state.now.with_timezone(&Utc);
+        let capture_lag_seconds = state.max_lsn_time.map(|t| (now_utc - plan.zone.to_utc(t, None)).num_milliseconds() as f64 / 1000.0);
+        let retention_headroom_hours = setup.retention_minutes.map(|minutes| {
+            let oldest_unread = plan.next_unread.map_or(now_utc, |c| plan.zone.to_utc(c.local_time, None));
+            ((oldest_unread - now_utc).num_seconds() as f64 + minutes as f64 * 60.0) / 3600.0
+        });
+        ControlRecord {
+            version: CONTROL_VERSION,
+            batch_id: position.next_batch_id,
+            generation: position.generation,
+            capture_instance: setup.instance.name.clone(),
+            data_topic: setup.data_topic.clone(),
+            from_lsn: position.lsn,
+            to_lsn: plan.to,
+            commits: plan.commits.len() as u64,
+            rows: rows.count,
+            min_row_lsn: rows.min_lsn,
+            max_row_lsn: rows.max_lsn,
+            min_commit_ts: plan.utc.first().map(|c| c.1),
+            max_commit_ts: plan.utc.last().map(|c| c.1),
+            partitions,
+            format: self.options.format,
+            schema_version: setup.schema.fingerprint(),
+            schema: setup.schema.clone(),
+            schema_id: setup.value_schema_id,
+            events: plan.events.clone(),
+            warnings: plan.warnings.clone(),
+            metrics: SourceMetrics {
+                max_lsn: Some(state.max_lsn),
+                capture_lag_seconds,
+                retention_headroom_hours,
+                read_ms: read.as_millis() as u64,
+                bytes: rows.bytes,
+                published_at: Some(Utc::now()),
+            },
+        }
+    }
+
+    /// Logs and counts a published batch and its events.
+    fn published(&self, record: &ControlRecord, duration: Duration) {
+        for event in &record.events {
+            let Event::DataSkipped { from_lsn, to_lsn, certain } = event;
+            tracing::warn!(connector = %self.connector_name, capture_instance = %record.capture_instance, from_lsn = %from_lsn, to_lsn = %to_lsn, certain, "changes purged by CDC cleanup were skipped (fail_on_data_loss = false); data_skipped published");
+        }
+        SourceBatchPublished {
+            connector: &self.connector_name,
+            capture_instance: &record.capture_instance,
+            batch_id: record.batch_id,
+            from_lsn: &record.from_lsn,
+            to_lsn: &record.to_lsn,
+            commits: record.commits,
+            rows: record.rows,
+            bytes: record.metrics.bytes,
+            duration,
+            capture_lag_seconds: record.metrics.capture_lag_seconds,
+            retention_headroom_hours: record.metrics.retention_headroom_hours,
+            position: lsn_gauge(record.to_lsn),
+        }
+        .emit();
+    }
+
+    /// The data-loss check: changes after `from` that cleanup purged. `Ok(Some(event))` when
+    /// skipping them is allowed.
+    fn check_loss(&self, ci: &str, from: Lsn, min_lsn: Lsn, certain: bool) -> Result<Option<Event>, SourceError> {
+        let next = from.increment();
+        if min_lsn == Lsn::ZERO || min_lsn <= next {
+            return Ok(None);
+        }
+        let (from_lsn, to_lsn) = (next, min_lsn.decrement());
+        if self.options.fail_on_data_loss {
+            return Err(SourceError::DataLoss { capture_instance: ci.to_owned(), from_lsn, to_lsn, min_lsn });
+        }
+        Ok(Some(Event::DataSkipped { from_lsn, to_lsn, certain }))
+    }
+}
+
+impl Position {
+    /// Past a published batch.
+    fn advance(&mut self, record: &ControlRecord) {
+        self.lsn = record.to_lsn;
+        self.next_batch_id += 1;
+        self.last_published = Instant::now();
+        if record.max_commit_ts.is_some() {
+            self.last_commit_ts = record.max_commit_ts;
+        }
+    }
+}
+
+/// Each commit's UTC time, in LSN order, keeping fall-back hours in commit order.
+fn commit_times(zone: &ZoneRule, commits: &[Commit], mut previous: Option<DateTime<Utc>>) -> Vec<(Lsn, DateTime<Utc>)> {
+    commits
+        .iter()
+        .map(|c| {
+            let utc = zone.to_utc(c.local_time, previous);
+            previous = Some(utc);
+            (c.lsn, utc)
+        })
+        .collect()
+}
+
+/// The LSN's VLF and block as one number (monotonic in the LSN; the slot is dropped so the
+/// value fits a float exactly).
+fn lsn_gauge(lsn: Lsn) -> f64 {
+    let mut high = [0u8; 8];
+    high.copy_from_slice(&lsn.0[0..8]);
+    u64::from_be_bytes(high) as f64
+}

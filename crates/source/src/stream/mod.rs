@@ -1,0 +1,250 @@
+//! The read loop of one capture instance: set up (resolve the instance, its schema, the
+//! topics), resume from the control topic, then one batch after another ([`batch`]); retry
+//! transient SQL Server faults on a new connection, for up to `retry_timeout_ms`.
+
+mod batch;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::MssqlSourceOptions;
+use crate::connection::{Connector, TdsClient};
+use crate::error::SourceError;
+use crate::publish::Publisher;
+use crate::reader::{self, Instance, ServerState};
+use mssql_cdc_core::kafka::KafkaConfig;
+use mssql_cdc_core::log::registry::SchemaRegistry;
+use mssql_cdc_core::log::schema::TableSchema;
+use mssql_cdc_core::log::topic::control_topic_for;
+use mssql_cdc_core::log::RecordFormat;
+use mssql_cdc_core::stage::retry::{Decision, RetryConfig};
+use mssql_cdc_core::stage::Progress;
+use mssql_cdc_core::telemetry::events::{register_source, SourceSqlRetrying};
+use mssql_cdc_types::lsn::Lsn;
+use mssql_cdc_types::timezone::ServerZone;
+
+/// What a step did.
+enum Step {
+    /// Published a batch; go on at once.
+    Published,
+    /// Nothing to publish; wait a poll interval.
+    Idle,
+}
+
+/// Everything fixed once the stream has started.
+struct Setup {
+    instance: Instance,
+    schema: TableSchema,
+    change_sql: String,
+    data_topic: String,
+    control_topic: String,
+    zone: Option<ServerZone>,
+    retention_minutes: Option<i64>,
+    key_schema_id: Option<u32>,
+    value_schema_id: Option<u32>,
+}
+
+/// A run of transient SQL Server failures.
+struct Outage {
+    since: Instant,
+    attempts: u32,
+    backoff: mssql_cdc_core::stage::retry::Backoff,
+}
+
+/// Where the stream stands.
+struct Position {
+    lsn: Lsn,
+    next_batch_id: u64,
+    generation: u64,
+    last_published: Instant,
+    /// UTC time of the last commit published (keeps fall-back hours in order across batches).
+    last_commit_ts: Option<DateTime<Utc>>,
+}
+
+/// One capture instance's stream.
+pub struct Stream {
+    connector_name: String,
+    wanted: String,
+    options: Arc<MssqlSourceOptions>,
+    connector: Connector,
+    publisher: Publisher,
+    registry: Option<Arc<SchemaRegistry>>,
+    progress: Progress,
+}
+
+impl Stream {
+    /// A stream of `capture_instance` (as configured; resolved on start).
+    pub fn new(
+        connector_name: &str,
+        capture_instance: &str,
+        options: Arc<MssqlSourceOptions>,
+        kafka: &KafkaConfig,
+        registry: Option<Arc<SchemaRegistry>>,
+    ) -> Result<Self, SourceError> {
+        let connector = Connector::new(&options)?;
+        let publisher = Publisher::new(kafka, &options.producer_properties, &format!("mssql-cdc-{connector_name}-{capture_instance}"))?;
+        Ok(Self { connector_name: connector_name.to_owned(), wanted: capture_instance.to_owned(), options, connector, publisher, registry, progress: Progress::default() })
+    }
+
+    /// Reports each published batch to `progress` (the stage's, read by the supervisor).
+    pub fn reporting(mut self, progress: Progress) -> Self {
+        self.progress = progress;
+        self
+    }
+
+    /// Runs until cancelled or a fatal error.
+    pub async fn run(self, cancel: CancellationToken) -> Result<(), SourceError> {
+        let mut outage: Option<Outage> = None;
+        let mut client: Option<TdsClient> = None;
+        let mut setup: Option<Setup> = None;
+        let mut position: Option<Position> = None;
+        // The stage's schedule, with `retry_timeout_ms` as the budget of one outage.
+        let schedule = RetryConfig { initial_backoff_ms: 250, max_backoff_ms: 10_000, budget_ms: self.options.retry_timeout_ms };
+        loop {
+            if cancel.is_cancelled() {
+                return Ok(());
+            }
+            let result = self.step(&mut client, &mut setup, &mut position).await;
+            match result {
+                Ok(step) => {
+                    if let Some(Outage { since, attempts, .. }) = outage.take() {
+                        tracing::info!(connector = %self.connector_name, capture_instance = %self.wanted, attempts, seconds = since.elapsed().as_secs(), "SQL Server reachable again");
+                    }
+                    if matches!(step, Step::Idle) {
+                        tokio::select! {
+                            _ = cancel.cancelled() => return Ok(()),
+                            _ = tokio::time::sleep(Duration::from_millis(self.options.poll_interval_ms)) => {}
+                        }
+                    }
+                }
+                Err(error) if error.is_transient() => {
+                    client = None;
+                    self.publisher.finish().ok();
+                    let outage = outage.get_or_insert_with(|| Outage { since: Instant::now(), attempts: 0, backoff: schedule.backoff() });
+                    outage.attempts += 1;
+                    let wait = match outage.backoff.on_failure(outage.since.elapsed(), false) {
+                        Decision::Retry { wait, .. } => wait,
+                        Decision::GiveUp { .. } => return Err(SourceError::Outage { seconds: outage.since.elapsed().as_secs(), last: Box::new(error) }),
+                    };
+                    SourceSqlRetrying { connector: &self.connector_name, capture_instance: &self.wanted, error: &error, attempt: outage.attempts, wait }.emit();
+                    tokio::select! {
+                        _ = cancel.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Connects, sets up and positions the stream where not done yet (each kept across a
+    /// reconnect), then runs one batch.
+    async fn step(&self, client: &mut Option<TdsClient>, setup: &mut Option<Setup>, position: &mut Option<Position>) -> Result<Step, SourceError> {
+        let conn = match client.take() {
+            Some(conn) => client.insert(conn),
+            None => client.insert(self.connector.connect().await?),
+        };
+        let ready = match setup.take() {
+            Some(ready) => ready,
+            None => self.setup(conn).await?,
+        };
+        let setup = &*setup.insert(ready);
+        let state = reader::server_state(conn, &self.connector, &setup.instance.name).await?;
+        let start = match position.take() {
+            Some(start) => start,
+            None => self.start_position(setup, &state).await?,
+        };
+        let position = position.insert(start);
+        self.batch(conn, setup, position, state).await
+    }
+
+    async fn setup(&self, conn: &mut TdsClient) -> Result<Setup, SourceError> {
+        let instance = reader::resolve_instance(conn, &self.connector, &self.wanted).await?;
+        if instance.name != self.wanted {
+            tracing::info!(connector = %self.connector_name, configured = %self.wanted, resolved = %instance.name, "capture instance matched ignoring case");
+        }
+        let database = reader::database_name(conn, &self.connector).await?;
+        let (schema, select) = reader::table_schema(conn, &self.connector, &instance, &self.options).await?;
+        let prefix = self.options.topic_prefix.as_deref().unwrap_or("cdc");
+        let data_topic = sanitize_topic(&format!("{prefix}.{database}.{}.{}", instance.source_schema, instance.source_table));
+        let control_topic = control_topic_for(&data_topic);
+        let zone = match self.options.source_time_zone.as_str() {
+            "auto" => match reader::current_timezone_id(conn, &self.connector).await? {
+                Some(id) => match ServerZone::parse(&id) {
+                    Some(zone) => Some(zone),
+                    None => {
+                        tracing::warn!(connector = %self.connector_name, zone = %id, "CURRENT_TIMEZONE_ID() names a zone this build does not know; using the server's current offset per batch (set source_time_zone)");
+                        None
+                    }
+                },
+                None => {
+                    tracing::warn!(connector = %self.connector_name, "CURRENT_TIMEZONE_ID() is not available (SQL Server before 2022); using the server's current offset per batch, exact only without daylight saving (set source_time_zone)");
+                    None
+                }
+            },
+            name => ServerZone::parse(name),
+        };
+        let retention_minutes = reader::retention_minutes(conn, &self.connector).await;
+        self.publisher.ensure_topics(&data_topic, self.options.topic_partitions as i32, &control_topic).await?;
+        let (key_schema_id, value_schema_id) = match (&self.registry, self.options.format) {
+            (Some(registry), RecordFormat::Avro) => (
+                Some(registry.register(&format!("{data_topic}-key"), &schema.avro_key(&data_topic)).await?),
+                Some(registry.register(&format!("{data_topic}-value"), &schema.avro_value(&data_topic)).await?),
+            ),
+            _ => (None, None),
+        };
+        let change_sql = reader::change_query(&instance.name, &select, schema.include_command_id);
+        register_source(&self.connector_name, &instance.name);
+        tracing::info!(connector = %self.connector_name, capture_instance = %instance.name, topic = %data_topic, columns = schema.columns.len(), "source stream ready");
+        Ok(Setup { instance, schema, change_sql, data_topic, control_topic, zone, retention_minutes, key_schema_id, value_schema_id })
+    }
+
+    async fn start_position(&self, setup: &Setup, state: &ServerState) -> Result<Position, SourceError> {
+        let publisher = &self.publisher;
+        let control_topic = setup.control_topic.clone();
+        let last = tokio::task::block_in_place(|| publisher.last_control(&control_topic))?;
+        let position = match last {
+            Some(record) => {
+                // A position past the server's max LSN is refused by the batch that follows,
+                // with the same state.
+                tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, position = %record.to_lsn, batch_id = record.batch_id + 1, "resuming from the control topic");
+                Position {
+                    lsn: record.to_lsn,
+                    next_batch_id: record.batch_id + 1,
+                    generation: record.generation,
+                    last_published: Instant::now(),
+                    last_commit_ts: record.max_commit_ts,
+                }
+            }
+            None => {
+                let lsn = match self.options.starting_lsn.as_str() {
+                    "earliest" => state.min_lsn.decrement(),
+                    "latest" => state.max_lsn,
+                    text => Lsn::parse_hex(text).unwrap_or(Lsn::ZERO),
+                };
+                tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, position = %lsn, starting_lsn = %self.options.starting_lsn, "starting a new stream");
+                Position { lsn, next_batch_id: 0, generation: 0, last_published: Instant::now() - Duration::from_secs(86_400), last_commit_ts: None }
+            }
+        };
+        Ok(position)
+    }
+}
+
+/// A topic name from database object names: characters Kafka refuses become `_`.
+fn sanitize_topic(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_replace_what_kafka_refuses() {
+        assert_eq!(sanitize_topic("cdc.sales.dbo.Order Lines"), "cdc.sales.dbo.Order_Lines");
+        assert_eq!(sanitize_topic("cdc.sales.dbo.Café"), "cdc.sales.dbo.Caf_");
+    }
+}

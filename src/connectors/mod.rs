@@ -1,0 +1,84 @@
+//! [`ConnectorConfig`]: one connector file — `name`, `kind`, and the options of that kind.
+//!
+//! ```toml
+//! name = "orders-source"
+//! kind = "mssql-source"
+//! # ... the options of `mssql-source`, at the top level ...
+//! ```
+//!
+//! The kind selects the options type from the [`registry`]; unknown keys are errors, and every
+//! problem is reported with its key path. This module sits above the stage crates (it names
+//! every kind), so `mssql-cdc-core`'s configuration never depends on them.
+
+use std::path::Path;
+
+pub mod registry;
+
+use mssql_cdc_core::config::load::{env_name, Document, LoadError, CONNECTOR_ENV_PREFIX};
+use mssql_cdc_core::config::problem::{Problem, Problems};
+
+pub use registry::{ConnectorOptions, KindEntry, KINDS};
+
+/// A loaded, validated connector.
+#[derive(Debug)]
+pub struct ConnectorConfig {
+    /// Unique name: letters, digits, `.`, `_` and `-`. It names the connector in logs, metrics
+    /// and its environment overrides.
+    pub name: String,
+    /// Its `kind`, as registered.
+    pub kind: &'static str,
+    /// The options of its kind.
+    pub options: ConnectorOptions,
+}
+
+impl ConnectorConfig {
+    /// Loads a connector file with its `MSSQL_CDC_CONNECTOR__<NAME>__*` overrides.
+    pub fn load(path: &Path) -> Result<Result<Self, Vec<Problem>>, LoadError> {
+        let document = Document::read(path)?;
+        Ok(Self::from_document(document))
+    }
+
+    /// Extracts and validates a connector from a parsed document.
+    pub fn from_document(document: Document) -> Result<Self, Vec<Problem>> {
+        let mut problems = Problems::under("");
+        let name = document.string("name");
+        match &name {
+            None if document.has("name") => problems.invalid("name", "wrong type", "a string"),
+            None => problems.missing("name", "a connector name such as \"orders-source\""),
+            Some(name) if !is_valid_name(name) => {
+                problems.invalid("name", "not a connector name", "letters, digits, '.', '_' and '-' (1 to 200 characters)")
+            }
+            Some(_) => {}
+        }
+        let document = match &name {
+            Some(name) => document.with_env(&format!("{CONNECTOR_ENV_PREFIX}{}__", env_name(name))),
+            None => document,
+        };
+        let kinds = registry::kind_names().join(", ");
+        let mut registered = "";
+        let options = match document.string("kind") {
+            None => {
+                problems.missing("kind", format!("one of: {kinds}"));
+                None
+            }
+            Some(kind) => match registry::find(&kind) {
+                None => {
+                    problems.invalid("kind", "unknown connector kind", format!("one of: {kinds}"));
+                    None
+                }
+                Some(entry) => {
+                    registered = entry.kind;
+                    (entry.load)(&document.without(&["name", "kind"]), &mut problems)
+                }
+            },
+        };
+        match (name, options) {
+            (Some(name), Some(options)) if problems.is_empty() => Ok(Self { name, kind: registered, options }),
+            _ => Err(problems.into_vec()),
+        }
+    }
+}
+
+fn is_valid_name(name: &str) -> bool {
+    (1..=200).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}

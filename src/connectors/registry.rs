@@ -1,0 +1,88 @@
+//! The registry of connector kinds: adding a kind adds one line to the `kinds!` list below.
+
+use mssql_cdc_core::config::load::Document;
+use mssql_cdc_core::config::problem::Problems;
+use mssql_cdc_core::stage::{ConnectorKind, Stage, StageContext, StageError};
+use mssql_cdc_lake::bronze::BronzeOptions;
+use mssql_cdc_lake::silver::SilverOptions;
+use mssql_cdc_source::MssqlSourceOptions;
+
+/// A registered kind.
+pub struct KindEntry {
+    /// The `kind` value.
+    pub kind: &'static str,
+    /// One line describing it.
+    pub summary: &'static str,
+    /// Extracts and validates its options from a document (without `name` and `kind`).
+    pub load: fn(&Document, &mut Problems) -> Option<ConnectorOptions>,
+}
+
+macro_rules! kinds {
+    ($($variant:ident($options:ty),)+) => {
+        /// The options of a loaded connector, by kind.
+        #[derive(Clone, Debug)]
+        pub enum ConnectorOptions {
+            $(
+                #[doc = concat!("Options of `", stringify!($options), "`.")]
+                $variant($options),
+            )+
+        }
+
+        impl ConnectorOptions {
+            /// Builds the stage of these options.
+            pub fn build(self, context: &StageContext) -> Result<Box<dyn Stage>, StageError> {
+                match self {
+                    $(Self::$variant(options) => options.build(context),)+
+                }
+            }
+        }
+
+        $(
+            impl From<$options> for ConnectorOptions {
+                fn from(options: $options) -> Self {
+                    Self::$variant(options)
+                }
+            }
+        )+
+
+        /// Every connector kind, in documentation order.
+        pub static KINDS: &[KindEntry] = &[
+            $(KindEntry { kind: <$options>::KIND, summary: <$options>::SUMMARY, load: load::<$options> },)+
+        ];
+    };
+}
+
+kinds! {
+    MssqlSource(MssqlSourceOptions),
+    DeltaBronze(BronzeOptions),
+    DeltaSilver(SilverOptions),
+}
+
+fn load<K: ConnectorKind + Into<ConnectorOptions>>(document: &Document, problems: &mut Problems) -> Option<ConnectorOptions> {
+    let options: K = document.extract(problems)?;
+    options.validate(problems);
+    Some(options.into())
+}
+
+/// Finds a kind by its `kind` value (exact, case-sensitive).
+pub fn find(kind: &str) -> Option<&'static KindEntry> {
+    KINDS.iter().find(|entry| entry.kind == kind)
+}
+
+/// The names of every kind.
+pub fn kind_names() -> Vec<&'static str> {
+    KINDS.iter().map(|entry| entry.kind).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_names_are_unique() {
+        let mut names = kind_names();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), KINDS.len());
+    }
+}
