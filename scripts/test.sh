@@ -3,7 +3,11 @@
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh --test broker   # extra arguments go to `cargo test`
-#   scripts/test.sh -p mssql-cdc-sim  # one crate's tests
+#
+# While editing one crate, `cargo test --release -p mssql-cdc-sim` (or -core, -source) tests it
+# alone; the lake and the end-to-end suites are best run through this script with `--test`,
+# which keeps the workspace's feature set (a lone `-p mssql-cdc-lake` unifies features
+# differently and rebuilds DataFusion).
 #
 # Caches live outside the clone, under ${MSSQL_CDC_CACHE:-~/.cache/mssql-cdc}: the cargo
 # target directory (one profile, `release`, shared by tests, benchmarks and the binary) and
@@ -49,4 +53,7 @@ cargo --version
 # The whole workspace, with the crash tests' fault points (never in a shipped build).
 features=(--workspace --features mssql-cdc/fault-injection)
 cargo build --release --locked --all-targets "${features[@]}"
+# Lints as the workspace declares them (no unsafe, no unwrap/expect outside tests, docs), as
+# errors: the release profile shares build scripts and proc macros with the build above.
+cargo clippy --release --locked --all-targets "${features[@]}" -- -D warnings
 cargo test --release --locked "${features[@]}" "$@"

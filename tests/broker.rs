@@ -1,6 +1,8 @@
 //! The embedded broker is a real Kafka-protocol broker for librdkafka: idempotent produce,
 //! consumer groups with rebalances, committed offsets, seeks, durable SQLite storage, TLS,
 //! and `/metrics` + `/health`.
+// A test panics on what it did not expect: that is the failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 

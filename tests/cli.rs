@@ -1,5 +1,7 @@
 //! The command line describes itself: `--help` lists every subcommand with a one-line
 //! description, and `demo` runs the whole pipeline on a machine with nothing installed.
+// A test panics on what it did not expect: that is the failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 

@@ -18,6 +18,8 @@
 //!
 //! The resilience suite starts the stages together and in reverse order, restarts the broker
 //! and takes the object store away while everything runs, and exhausts a retry budget.
+// A test panics on what it did not expect: that is the failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 

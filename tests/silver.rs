@@ -2,6 +2,8 @@
 //! the silver stage as `mssql-cdc run` processes on the broker process; silver SIGKILLed at
 //! random points and aborted between its data commit and its control commit; silver checked
 //! against the simulator's table by an independent reader (Python `deltalake`).
+// A test panics on what it did not expect: that is the failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 

@@ -1,6 +1,8 @@
 //! The `mssql-source` stage end to end: the simulator over TDS (tiberius), the source as a
 //! `mssql-cdc run` process, the embedded broker; the log read back with rdkafka and checked
 //! against the change table as the server holds it.
+// A test panics on what it did not expect: that is the failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 

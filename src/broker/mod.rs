@@ -156,6 +156,7 @@ pub async fn start(options: &BrokerOptions) -> Result<RunningBroker, BrokerError
     Ok(RunningBroker { address, shutdown, tasks })
 }
 
+#[allow(clippy::expect_used)] // invariant: a host and a port always form a URL
 fn listener_url(host: &str, port: u16) -> Url {
     let host = if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
     Url::parse(&format!("tcp://{host}:{port}")).expect("a host and port always form a URL")

@@ -155,11 +155,10 @@ async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         anyhow::ensure!(!task.is_finished(), "the bronze sink stopped early");
-        if let Some(table) = mssql_cdc_lake::delta::table::open(&facts, &Default::default()).await? {
-            if mssql_cdc_lake::delta::table::txn_version(&table, "bench-bronze#facts").await?.unwrap_or(-1) >= last {
+        if let Some(table) = mssql_cdc_lake::delta::table::open(&facts, &Default::default()).await?
+            && mssql_cdc_lake::delta::table::txn_version(&table, "bench-bronze#facts").await?.unwrap_or(-1) >= last {
                 break;
             }
-        }
     }
     let bronze_secs = started.elapsed().as_secs_f64();
     cancel.cancel();

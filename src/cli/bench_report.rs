@@ -272,11 +272,10 @@ async fn steady_rate(sim: &Simulator, files: &Files, stages: &mut [StageProcess]
             stop.store(true, Ordering::Relaxed);
             steady_end = Some(Utc::now());
         }
-        if let Some(end) = steady_end {
-            if observations.last().is_some_and(|(_, applied)| *applied >= end) || Utc::now() - end > chrono::Duration::seconds(60) {
+        if let Some(end) = steady_end
+            && (observations.last().is_some_and(|(_, applied)| *applied >= end) || Utc::now() - end > chrono::Duration::seconds(60)) {
                 break;
             }
-        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let workload = thread.join().map_err(|_| anyhow::anyhow!("the workload panicked"))??;
@@ -457,11 +456,10 @@ async fn kafka_round_trips(kafka: &KafkaConfig, count: usize) -> anyhow::Result<
         while out.len() < count && Instant::now() < deadline {
             if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
                 let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
-                if let Some(sent) = message.payload().and_then(|p| std::str::from_utf8(p).ok()).and_then(|p| p.parse::<u128>().ok()) {
-                    if sent > 0 {
+                if let Some(sent) = message.payload().and_then(|p| std::str::from_utf8(p).ok()).and_then(|p| p.parse::<u128>().ok())
+                    && sent > 0 {
                         out.push(now.saturating_sub(sent) as f64 / 1000.0);
                     }
-                }
             } else if stop.load(Ordering::Relaxed) && out.len() + 1 >= count {
                 break;
             }

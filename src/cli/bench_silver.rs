@@ -60,6 +60,7 @@ fn rows(ids: &[i64], lsn: u64, schema: &SchemaRef) -> Vec<ArrayRef> {
     ]
 }
 
+#[allow(clippy::expect_used)] // invariant: bench rows are built from the schema beside them
 fn silver_batch(ids: &[i64], lsn: u64) -> RecordBatch {
     let schema = schema();
     let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(ids.to_vec()))];
@@ -68,6 +69,7 @@ fn silver_batch(ids: &[i64], lsn: u64) -> RecordBatch {
 }
 
 /// The fold of a batch: `changes` distinct keys, 60% updates, 25% inserts above `n`, 15% deletes.
+#[allow(clippy::expect_used)] // invariant: bench rows are built from the schema beside them
 fn folded(n: u64, changes: u64, hot_percent: u32, rng: &mut StdRng) -> RecordBatch {
     let mut keys = std::collections::BTreeMap::new();
     let hot_from = n - n / 50;
@@ -106,15 +108,14 @@ async fn build(location: &str, n: u64, rows_per_file: u64) -> anyhow::Result<()>
 
 /// One MERGE; returns (seconds, files scanned, files rewritten).
 async fn merge(location: &str, batch: &RecordBatch, ranges: bool) -> anyhow::Result<(f64, usize, usize)> {
-    let t = table::open(location, &Storage::new()).await?.expect("bench table");
+    let t = table::open(location, &Storage::new()).await?.ok_or_else(|| anyhow::anyhow!("no bench table at {location}"))?;
     let started = Instant::now();
     let keys = vec!["order_id".to_owned()];
     let mut on = "target.order_id = source.order_id".to_owned();
-    if ranges {
-        if let Some(r) = key_ranges(batch, &keys, MAX_KEY_RANGES) {
+    if ranges
+        && let Some(r) = key_ranges(batch, &keys, MAX_KEY_RANGES) {
             on = format!("{on} AND ({r})");
         }
-    }
     let columns: Vec<String> = schema().fields().iter().map(|f| f.name().clone()).collect();
     let source = SessionContext::new().read_batch(batch.clone())?;
     let newer = "source._start_lsn > target._start_lsn";
@@ -156,7 +157,7 @@ pub async fn run(args: SilverBench) -> anyhow::Result<ExitCode> {
         let base = args.dir.join(format!("base-{n}"));
         let _ = std::fs::remove_dir_all(&base);
         let started = Instant::now();
-        build(base.to_str().unwrap(), n, args.rows_per_file).await?;
+        build(&base.display().to_string(), n, args.rows_per_file).await?;
         eprintln!("built silver of {n} rows in {:.1} s", started.elapsed().as_secs_f64());
         for &m in &args.batch_changes {
             let mut rng = StdRng::seed_from_u64(n ^ m);
@@ -166,8 +167,8 @@ pub async fn run(args: SilverBench) -> anyhow::Result<ExitCode> {
                 let _ = std::fs::remove_dir_all(copy);
                 copy_dir(&base, copy)?;
             }
-            let ours = merge(a.to_str().unwrap(), &batch, true).await?;
-            let plain = merge(b.to_str().unwrap(), &batch, false).await?;
+            let ours = merge(&a.display().to_string(), &batch, true).await?;
+            let plain = merge(&b.display().to_string(), &batch, false).await?;
             println!(
                 "{n} | {m} | {} | {:.2} s, {}/{} | {:.2} s, {}/{} | {:.0}",
                 args.keys, ours.0, ours.1, ours.2, plain.0, plain.1, plain.2, super::bench::peak_rss_mb()

@@ -117,5 +117,5 @@ fn parse_instant(text: &str) -> Option<DateTime<Utc>> {
             return Some(t.and_utc());
         }
     }
-    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").ok().map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc())
+    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").ok().map(|d| d.and_time(chrono::NaiveTime::MIN).and_utc())
 }

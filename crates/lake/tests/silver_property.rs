@@ -3,6 +3,8 @@
 //! changes of the batches applied, after every step; the verdict never moves back nor runs
 //! ahead of the data; a restarted stage applies nothing twice; and a replay of the whole
 //! prefix (the position lost) changes nothing.
+// A test panics on what it did not expect: that is the failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -241,6 +241,7 @@ fn int_range(target: SqlType) -> (i64, i64) {
     }
 }
 
+#[allow(clippy::expect_used)] // invariant: midnight, 1900-01-01 and whole seconds always exist
 fn cast(value: &Value, target: SqlType, truncate: bool) -> SqlResult<Value> {
     use SqlType as T;
     if value.is_null() {
@@ -420,6 +421,7 @@ fn date_fail(_text: &str) -> SqlError {
 }
 
 /// Rounds a time to `scale` fractional digits (SQL Server rounds, it does not truncate).
+#[allow(clippy::expect_used)] // invariant: midnight, 1900-01-01 and whole seconds always exist
 pub fn round_time(time: NaiveTime, scale: u8) -> NaiveTime {
     let unit = 10u64.pow(u32::from(9 - scale.min(7)));
     let nanos = u64::from(time.nanosecond().min(999_999_999));
@@ -428,6 +430,7 @@ pub fn round_time(time: NaiveTime, scale: u8) -> NaiveTime {
     base + chrono::Duration::nanoseconds(rounded as i64)
 }
 
+#[allow(clippy::expect_used)] // invariant: midnight, 1900-01-01 and whole seconds always exist
 fn round_datetime(value: NaiveDateTime, target: SqlType) -> SqlResult<NaiveDateTime> {
     let overflow = || SqlError::new(242, 16, "The conversion of a varchar data type to a datetime data type resulted in an out-of-range value.");
     match target {
@@ -455,6 +458,7 @@ fn round_datetime(value: NaiveDateTime, target: SqlType) -> SqlResult<NaiveDateT
 }
 
 /// Parses the date/time text forms SQL Server accepts in ISO style.
+#[allow(clippy::expect_used)] // invariant: midnight, 1900-01-01 and whole seconds always exist
 pub fn parse_datetime(text: &str) -> Option<NaiveDateTime> {
     let text = text.trim();
     let formats = ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M", "%Y%m%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M"];
@@ -476,7 +480,7 @@ pub fn parse_datetimeoffset(text: &str) -> Option<DateTime<FixedOffset>> {
     ["%Y-%m-%d %H:%M:%S%.f %:z", "%Y-%m-%dT%H:%M:%S%.f%:z", "%Y-%m-%d %H:%M:%S%.f%:z"]
         .iter()
         .find_map(|format| DateTime::parse_from_str(text, format).ok())
-        .or_else(|| text.strip_suffix('Z').and_then(|rest| parse_datetime(rest)).map(|dt| dt.and_utc().fixed_offset()))
+        .or_else(|| text.strip_suffix('Z').and_then(parse_datetime).map(|dt| dt.and_utc().fixed_offset()))
 }
 
 /// SQL Server's byte order for a uniqueidentifier: the first three groups little-endian.

@@ -1,6 +1,8 @@
 //! The simulator on the wire: tiberius, python-tds and pymssql (FreeTDS) talk TDS to
 //! `mssql-cdc sim serve`, round-trip every type, run a CDC scenario, and see faults as SQL
 //! Server sends them.
+// A test panics on what it did not expect: that is the failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
@@ -98,14 +100,14 @@ async fn every_type_round_trips_through_tiberius() {
 async fn errors_and_faults_surface_to_tiberius() {
     let server = SimServer::start();
     let mut client = connect(&server.client_config()).await.expect("login");
-    let error = client.simple_query("SELECT * FROM dbo.nope").await.err().expect("208");
+    let error = client.simple_query("SELECT * FROM dbo.nope").await.expect_err("208");
     assert_eq!(error.code(), Some(208));
 
     exec(&mut client, "EXEC sim.inject_fault @kind = N'deadlock', @count = 1").await;
-    let error = client.simple_query("SELECT 1").await.err().expect("1205");
+    let error = client.simple_query("SELECT 1").await.expect_err("1205");
     assert!(error.is_deadlock(), "{error}");
     exec(&mut client, "EXEC sim.inject_fault @kind = N'lock_timeout', @count = 1").await;
-    let error = client.execute("SELECT @P1", &[&1i32]).await.err().expect("1222");
+    let error = client.execute("SELECT @P1", &[&1i32]).await.expect_err("1222");
     assert_eq!(error.code(), Some(1222));
     // The connection is still usable after SQL errors.
     let one = client.query("SELECT 1", &[]).await.unwrap().into_row().await.unwrap().unwrap();
@@ -114,13 +116,13 @@ async fn errors_and_faults_surface_to_tiberius() {
     exec(&mut client, "EXEC sim.inject_fault @kind = N'disconnect'").await;
     let error = match client.simple_query("SELECT 1").await {
         Err(error) => error,
-        Ok(stream) => stream.into_results().await.err().expect("the connection drops"),
+        Ok(stream) => stream.into_results().await.expect_err("the connection drops"),
     };
     assert!(matches!(error, tiberius::error::Error::Io { .. }), "{error:?}");
 
     let mut wrong = server.client_config();
     wrong.password = "not-the-password".into();
-    let error = connect(&wrong).await.err().expect("login fails");
+    let error = connect(&wrong).await.expect_err("login fails");
     assert_eq!(error.code(), Some(18456), "{error}");
     assert!(!error.to_string().contains("not-the-password"));
 }

@@ -131,6 +131,7 @@ impl Builder {
         Ok(())
     }
 
+    #[allow(clippy::expect_used)] // invariant: precision and scale validated with the schema, 10-byte LSNs, builders made from the schema
     fn finish(&mut self) -> ArrayRef {
         match self {
             Self::Bool(b) => Arc::new(b.finish()),
@@ -235,6 +236,7 @@ impl BatchBuilder {
     /// Appends a change row: its coordinates, `__$command_id`, its commit time, and the
     /// captured values in schema order. After an error the builder holds a partial row: drop
     /// it (the stage stops on such an error).
+    #[allow(clippy::expect_used)] // invariant: precision and scale validated with the schema, 10-byte LSNs, builders made from the schema
     pub fn append(
         &mut self,
         at: ChangeCoordinates,
@@ -258,6 +260,7 @@ impl BatchBuilder {
     }
 
     /// The pending rows as a record batch; the builder is empty afterwards.
+    #[allow(clippy::expect_used)] // invariant: precision and scale validated with the schema, 10-byte LSNs, builders made from the schema
     pub fn finish(&mut self) -> RecordBatch {
         let rows = self.len();
         let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(Builder::finish).collect();

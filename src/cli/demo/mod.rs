@@ -349,11 +349,10 @@ impl Verdict {
 
     async fn refresh(&mut self) {
         let Some(name) = &self.silver_url else { return };
-        if let Ok(Some(control)) = table::open(&self.control_table, &Default::default()).await {
-            if let Ok(Some(row)) = control::read_row(&control, name).await {
+        if let Ok(Some(control)) = table::open(&self.control_table, &Default::default()).await
+            && let Ok(Some(row)) = control::read_row(&control, name).await {
                 self.row = Some(row);
             }
-        }
     }
 
     /// The LSN silver has applied through.

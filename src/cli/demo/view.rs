@@ -62,11 +62,11 @@ pub fn render(elapsed: Duration, now: &Reading, previous: &Reading, interval: Du
         thousands(now.workload_changes as f64),
         thousands(rate(now.workload_changes as f64, previous.workload_changes as f64))
     );
-    let _ = writeln!(out, "{:<8} {:>9} {:>11} {:>8}  {:<22} {}", "stage", "rows/s", "rows", "batches", "lag", "finalized_until");
+    let _ = writeln!(out, "{:<8} {:>9} {:>11} {:>8}  {:<22} finalized_until", "stage", "rows/s", "rows", "batches", "lag");
     let lag = now.source_lag_seconds.map_or("-".to_owned(), |s| format!("capture {s:.1} s"));
-    let _ = writeln!(out, "{:<8} {:>9} {:>11} {:>8}  {:<22} {}", "source", thousands(rate(now.source_rows, previous.source_rows)), thousands(now.source_rows), thousands(now.source_batches), lag, "");
+    let _ = writeln!(out, "{:<8} {:>9} {:>11} {:>8}  {:<22} ", "source", thousands(rate(now.source_rows, previous.source_rows)), thousands(now.source_rows), thousands(now.source_batches), lag);
     let lag = now.bronze_behind.map_or("-".to_owned(), |r| format!("{} batches behind", thousands(r)));
-    let _ = writeln!(out, "{:<8} {:>9} {:>11} {:>8}  {:<22} {}", "bronze", thousands(rate(now.bronze_rows, previous.bronze_rows)), thousands(now.bronze_rows), thousands(now.bronze_batches), lag, "");
+    let _ = writeln!(out, "{:<8} {:>9} {:>11} {:>8}  {:<22} ", "bronze", thousands(rate(now.bronze_rows, previous.bronze_rows)), thousands(now.bronze_rows), thousands(now.bronze_batches), lag);
     let behind = (now.bronze_batches - now.silver_batches).max(0.0);
     let verdict = finalized_until.map_or("none yet".to_owned(), |t| {
         format!("{} ({:.0} s ago)", t.format("%Y-%m-%d %H:%M:%SZ"), (Utc::now() - t).num_milliseconds() as f64 / 1000.0)

@@ -122,6 +122,7 @@ pub const ALL: &[&str] = &[
 ];
 
 /// Installs the process-wide Prometheus recorder (once) and returns the handle that renders it.
+#[allow(clippy::expect_used)] // invariant: the recorder is installed once, inside a OnceLock
 pub fn install() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE

@@ -115,11 +115,10 @@ impl Feed {
         self.assign_control(high - 1)?;
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if let Some((offset, record)) = self.next_control(Duration::from_millis(500))? {
-                if offset == high - 1 {
+            if let Some((offset, record)) = self.next_control(Duration::from_millis(500))?
+                && offset == high - 1 {
                     return Ok(Some(record.batch_id));
                 }
-            }
         }
         Err(BronzeError::Kafka(format!("could not read the last record of `{}`", self.control_topic)))
     }
@@ -233,11 +232,10 @@ impl Feed {
     /// Records progress in the consumer group: the next control offset to read.
     pub fn commit(&self, next_offset: i64) {
         let mut list = TopicPartitionList::new();
-        if list.add_partition_offset(&self.control_topic, 0, Offset::Offset(next_offset)).is_ok() {
-            if let Err(error) = self.control.commit(&list, CommitMode::Async) {
+        if list.add_partition_offset(&self.control_topic, 0, Offset::Offset(next_offset)).is_ok()
+            && let Err(error) = self.control.commit(&list, CommitMode::Async) {
                 tracing::debug!(error = %error, "committing the control offset failed (informational only)");
             }
-        }
     }
 
     /// Records behind the end of the control topic, from `offset`.

@@ -161,11 +161,10 @@ impl Writer {
                     continue;
                 }
             }
-            if let Some(previous) = last_seen {
-                if control.batch_id > previous + 1 {
+            if let Some(previous) = last_seen
+                && control.batch_id > previous + 1 {
                     return Err(BronzeError::Gap { control_topic: self.control_topic.clone(), previous, next: control.batch_id });
                 }
-            }
             last_seen = Some(last_seen.map_or(control.batch_id, |p| p.max(control.batch_id)));
             let started = Instant::now();
             let written = self.batch(&control).await?;

@@ -43,12 +43,14 @@ pub fn is_transient(error: &(dyn Error + 'static)) -> bool {
                 delta_kernel::Error::ObjectStore(store) => return object_store_is_transient(store),
                 delta_kernel::Error::Reqwest(_) => return true,
                 delta_kernel::Error::IOError(io) => return io_is_transient(io),
+                delta_kernel::Error::Generic(message) => return stringified_store_failure(message),
                 _ => {}
             }
         }
         if let Some(delta) = error.downcast_ref::<DeltaTableError>() {
             match delta {
                 DeltaTableError::Transaction { .. } | DeltaTableError::VersionAlreadyExists(_) => return true,
+                DeltaTableError::Generic(message) => return stringified_store_failure(message),
                 DeltaTableError::SchemaMismatch { .. } | DeltaTableError::InvalidData { .. } | DeltaTableError::NotATable(_) | DeltaTableError::MissingFeature { .. } => return false,
                 _ => {}
             }
@@ -59,6 +61,13 @@ pub fn is_transient(error: &(dyn Error + 'static)) -> bool {
         next = error.source();
     }
     false
+}
+
+/// Some delta-rs paths (listing the log, for one) turn an object-store error into text before
+/// returning it, so its type is lost: the text is all there is to classify.
+fn stringified_store_failure(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("error interacting with object store") && !message.contains("not found") && !message.contains("permission") && !message.contains("unauthenticated")
 }
 
 fn io_is_transient(error: &std::io::Error) -> bool {
@@ -102,6 +111,16 @@ mod tests {
         assert!(DeltaError::new("s3://b/t", DeltaTableError::KernelError(kernel)).transient);
         let plain = delta_kernel::Error::Generic("No files in log segment".into());
         assert!(!DeltaError::new("s3://b/t", DeltaTableError::KernelError(plain)).transient);
+    }
+
+    /// Invariant: an object-store failure delta-rs turned into text is still transient; a
+    /// missing object is not.
+    #[test]
+    fn stringified_object_store_failures_are_transient() {
+        let listed = DeltaTableError::Generic("Error interacting with object store: Generic S3 error: Error performing list request: HTTP error: error sending request".into());
+        assert!(DeltaError::new("s3://b/t", listed).transient);
+        let missing = DeltaTableError::Generic("Error interacting with object store: Object at location t/x not found".into());
+        assert!(!DeltaError::new("s3://b/t", missing).transient);
     }
 
     /// Invariant: I/O failures are transient except those no wait can cure.

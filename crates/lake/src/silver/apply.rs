@@ -320,7 +320,7 @@ pub fn key_ranges(folded: &RecordBatch, keys: &[String], max: usize) -> Option<S
     sorted.dedup();
     // Split at the (max - 1) widest gaps.
     let mut gaps: Vec<(u64, usize)> = sorted.windows(2).enumerate().map(|(i, w)| (w[1].abs_diff(w[0]), i + 1)).collect();
-    gaps.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    gaps.sort_unstable_by_key(|gap| std::cmp::Reverse(gap.0));
     let mut cuts: Vec<usize> = gaps.iter().take(max.saturating_sub(1)).filter(|g| g.0 > 1).map(|g| g.1).collect();
     cuts.sort_unstable();
     let mut ranges = Vec::with_capacity(cuts.len() + 1);
@@ -351,6 +351,7 @@ async fn bronze_keys(bronze: &DeltaTable) -> Result<Vec<String>, SilverError> {
 }
 
 /// The fold's rows sorted by key (silver's files stay clustered by key).
+#[allow(clippy::expect_used)] // invariant: the fold's output carries the key, `_delete` and every silver column
 fn sorted(folded: &RecordBatch, keys: &[String]) -> Result<RecordBatch, SilverError> {
     let columns: Vec<arrow::compute::SortColumn> = keys
         .iter()
@@ -361,6 +362,7 @@ fn sorted(folded: &RecordBatch, keys: &[String]) -> Result<RecordBatch, SilverEr
 }
 
 /// The fold's upserts in silver's layout, sorted by key.
+#[allow(clippy::expect_used)] // invariant: the fold's output carries the key, `_delete` and every silver column
 fn upserts_sorted(folded: &RecordBatch, keys: &[String]) -> Result<RecordBatch, SilverError> {
     let folded = sorted(folded, keys)?;
     let deletes = folded.column_by_name(DELETE).expect("fold has _delete").as_any().downcast_ref::<arrow::array::BooleanArray>().expect("_delete is boolean").clone();
@@ -373,6 +375,7 @@ fn upserts_sorted(folded: &RecordBatch, keys: &[String]) -> Result<RecordBatch, 
 
 /// `batch` without its fields' metadata: bronze's column comments come along with a read, and
 /// silver's own comments on the same columns differ, which a write would refuse to merge.
+#[allow(clippy::expect_used)] // invariant: the fold's output carries the key, `_delete` and every silver column
 fn without_field_metadata(batch: &RecordBatch) -> RecordBatch {
     let fields: Vec<arrow::datatypes::Field> = batch.schema().fields().iter().map(|f| f.as_ref().clone().with_metadata(Default::default())).collect();
     let schema = std::sync::Arc::new(arrow::datatypes::Schema::new_with_metadata(fields, batch.schema().metadata().clone()));

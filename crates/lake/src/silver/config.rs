@@ -87,10 +87,9 @@ impl ConnectorKind for SilverOptions {
         if self.app_id.as_deref().is_none_or(|app_id| app_id.trim().is_empty()) {
             problems.missing("app_id", "a stable writer id such as \"orders-silver-v1\"");
         }
-        if let Some(keys) = &self.keys {
-            if keys.is_empty() || keys.iter().any(|key| key.trim().is_empty()) {
+        if let Some(keys) = &self.keys
+            && (keys.is_empty() || keys.iter().any(|key| key.trim().is_empty())) {
                 problems.invalid("keys", "empty", "a list of key column names, or omit it");
             }
-        }
     }
 }

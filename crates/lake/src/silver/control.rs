@@ -77,6 +77,7 @@ pub struct ControlRow {
 
 impl Granularity {
     /// `at` truncated down to the start of its period.
+    #[allow(clippy::expect_used)] // invariant: truncation to minutes, hours or days, and a row built from the control schema
     pub fn truncate(self, at: DateTime<Utc>) -> DateTime<Utc> {
         let unit = match self {
             Granularity::Minute => TimeDelta::minutes(1),
@@ -102,16 +103,16 @@ impl ControlRow {
                 next.updated_at = Some(now);
             }
         }
-        if let Some(lsn) = end_lsn {
-            if next.end_lsn.as_deref().is_none_or(|previous| lsn > previous) {
+        if let Some(lsn) = end_lsn
+            && next.end_lsn.as_deref().is_none_or(|previous| lsn > previous) {
                 next.end_lsn = Some(lsn.to_owned());
             }
-        }
         next.applied_batch = next.applied_batch.max(applied_batch);
         next.written_at = now;
         next
     }
 
+    #[allow(clippy::expect_used)] // invariant: truncation to minutes, hours or days, and a row built from the control schema
     fn to_batch(&self) -> RecordBatch {
         let ts = |v: Option<DateTime<Utc>>| Arc::new(TimestampMicrosecondArray::from(vec![v.map(|t| t.timestamp_micros())]).with_timezone("UTC")) as ArrayRef;
         RecordBatch::try_new(

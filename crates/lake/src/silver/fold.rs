@@ -89,12 +89,14 @@ fn column(batch: &RecordBatch, name: &str) -> Result<ArrayRef, ArrowError> {
     batch.column_by_name(name).cloned().ok_or_else(|| ArrowError::SchemaError(format!("bronze has no column `{name}`")))
 }
 
+#[allow(clippy::expect_used)] // invariant: a successful cast yields the array type cast to
 fn string(batch: &RecordBatch, name: &str) -> Result<StringArray, ArrowError> {
     let array = column(batch, name)?;
     let array = arrow::compute::cast(&array, &DataType::Utf8)?;
     Ok(array.as_any().downcast_ref::<StringArray>().expect("cast to Utf8").clone())
 }
 
+#[allow(clippy::expect_used)] // invariant: a successful cast yields the array type cast to
 fn int32(batch: &RecordBatch, name: &str) -> Result<Int32Array, ArrowError> {
     let array = arrow::compute::cast(&column(batch, name)?, &DataType::Int32)?;
     Ok(array.as_any().downcast_ref::<Int32Array>().expect("cast to Int32").clone())

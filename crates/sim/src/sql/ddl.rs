@@ -80,12 +80,11 @@ pub fn create_table(db: &mut Database, txn: &mut OpenTxn, create: &CreateTable) 
             other => return Err(SqlError::unsupported(&format!("the constraint `{other}`"))),
         }
     }
-    if key_names.is_empty() {
-        if let Some((name, columns)) = unique {
+    if key_names.is_empty()
+        && let Some((name, columns)) = unique {
             key_name = name;
             key_names = columns;
         }
-    }
     let key = key_names
         .iter()
         .map(|k| {

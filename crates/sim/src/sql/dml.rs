@@ -107,9 +107,12 @@ pub fn insert(db: &mut Database, txn: &mut OpenTxn, insert: &Insert, params: &Ha
     Ok(count)
 }
 
+/// The scope of a statement's target table and its matching rows (key, values).
+type Matching = (Vec<super::expr::ScopeColumn>, Vec<(RowKey, Vec<Value>)>);
+
 /// Rows of `parts` matching `selection`, with their keys; the compiled scope for more
 /// expressions.
-fn matching_rows(db: &Database, parts: &[String], alias: Option<&str>, selection: Option<&sqlparser::ast::Expr>, params: &HashMap<String, Value>, session: SessionInfo) -> SqlResult<(Vec<super::expr::ScopeColumn>, Vec<(RowKey, Vec<Value>)>)> {
+fn matching_rows(db: &Database, parts: &[String], alias: Option<&str>, selection: Option<&sqlparser::ast::Expr>, params: &HashMap<String, Value>, session: SessionInfo) -> SqlResult<Matching> {
     let table = find_table(db, parts)?;
     let source = Source::open(db, parts, None, alias)?;
     let ctx = Ctx { db, params, session };

@@ -321,12 +321,11 @@ impl Engine {
                     return Err(SqlError::new(3902, 16, "The COMMIT TRANSACTION request has no corresponding BEGIN TRANSACTION."));
                 }
                 session.tran_count -= 1;
-                if session.tran_count == 0 {
-                    if let Some(txn) = session.txn.take() {
+                if session.tran_count == 0
+                    && let Some(txn) = session.txn.take() {
                         db.commit(txn);
                         db.run_capture();
                     }
-                }
                 Ok(vec![Output::Done])
             }
             Statement::Rollback { .. } => {

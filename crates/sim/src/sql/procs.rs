@@ -263,11 +263,10 @@ fn enable_table(db: &mut Database, args: &Args) -> SqlResult<()> {
         return Err(SqlError::new(22962, 16, format!("Two capture instances already exist for source table '{}.{}'. A table can have at most two capture instances. If the current tracking options are not appropriate, disable change tracking for the obsolete instance by using sys.sp_cdc_disable_table and retry the operation.", table.schema, table.name)));
     }
     let index_name = args.text("@index_name", 5);
-    if let Some(index) = &index_name {
-        if table.key_name.as_deref().is_none_or(|k| !k.eq_ignore_ascii_case(index)) {
+    if let Some(index) = &index_name
+        && table.key_name.as_deref().is_none_or(|k| !k.eq_ignore_ascii_case(index)) {
             return Err(SqlError::new(22928, 16, format!("Index name '{index}' is not a unique index on the source table '{}.{}'.", table.schema, table.name)));
         }
-    }
     let key_columns = table.key_columns();
     let supports_net_changes = match args.int("@supports_net_changes", 4)? {
         Some(flag) => flag != 0,

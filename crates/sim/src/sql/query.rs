@@ -147,7 +147,7 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
                     scope
                         .iter()
                         .enumerate()
-                        .filter(|(_, c)| c.qualifiers.iter().any(|q| *q == qualifier))
+                        .filter(|(_, c)| c.qualifiers.contains(&qualifier))
                         .map(|(i, c)| (c.name.clone(), CExpr::Column(i))),
                 );
                 if outputs.len() == before {
@@ -199,7 +199,7 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
                 }
                 Expr::Identifier(ident) if outputs.iter().any(|(name, _)| name.eq_ignore_ascii_case(&ident.value)) && {
                     // An alias wins only when the name is not also a source column.
-                    Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: None }.resolve(&[ident.value.clone()]).is_err()
+                    Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: None }.resolve(std::slice::from_ref(&ident.value)).is_err()
                         || outputs.iter().any(|(name, e)| name.eq_ignore_ascii_case(&ident.value) && !matches!(e, CExpr::Column(_)))
                 } => SortKey::Output(outputs.iter().position(|(name, _)| name.eq_ignore_ascii_case(&ident.value)).unwrap_or(0)),
                 expr => SortKey::Expr(Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: Some(&mut aggs) }.compile(expr)?),
@@ -225,11 +225,10 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
         for members in groups.values() {
             let values = aggs.iter().map(|call| aggregate(call, members.iter().map(|i| &rows[*i]), ctx)).collect::<SqlResult<Vec<_>>>()?;
             let representative = members.first().map_or(&null_row, |i| &rows[*i]);
-            if let Some(having) = &having {
-                if truth(&having.eval(representative, &values, ctx)?) != Some(true) {
+            if let Some(having) = &having
+                && truth(&having.eval(representative, &values, ctx)?) != Some(true) {
                     continue;
                 }
-            }
             let output = outputs.iter().map(|(_, e)| e.eval(representative, &values, ctx)).collect::<SqlResult<Vec<_>>>()?;
             produced.push((output, representative.clone(), values));
         }
@@ -246,6 +245,8 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
     }
 
     if !sort.is_empty() {
+        // (sort key, (group key, aggregate inputs, output row)) per produced row.
+        #[allow(clippy::type_complexity)]
         let mut keyed: Vec<(Vec<Value>, (Vec<Value>, Vec<Value>, Vec<Value>))> = Vec::with_capacity(produced.len());
         for entry in produced {
             let keys = sort

@@ -381,6 +381,8 @@ impl<'a> Source<'a> {
 type ViewData = (Vec<(String, SqlType, bool)>, Vec<Vec<Value>>);
 
 fn catalog_view(db: &Database, schema: &str, name: &str) -> Option<ViewData> {
+    // (object id, schema id, name, columns as (name, type, nullable, column id)).
+    #[allow(clippy::type_complexity)]
     let mut objects: Vec<(i32, i32, String, Vec<(String, SqlType, bool, i32)>)> = Vec::new();
     for table in db.tables.values() {
         let schema_id = db.schemas.get(&table.schema.to_ascii_lowercase()).map_or(1, |(id, _)| *id);

@@ -203,7 +203,7 @@ async fn converse(sim: &Simulator, stream: &mut TcpStream, session: &mut Session
                         continue;
                     }
                 };
-                let outcome = run_in(&sim, session, sql, Vec::new()).await;
+                let outcome = run_in(sim, session, sql, Vec::new()).await;
                 if outcome.disconnect {
                     return drop_mid_response(stream, spid).await;
                 }
@@ -218,7 +218,7 @@ async fn converse(sim: &Simulator, stream: &mut TcpStream, session: &mut Session
                         continue;
                     }
                 };
-                let outcome = run_in(&sim, session, request.sql, request.params).await;
+                let outcome = run_in(sim, session, request.sql, request.params).await;
                 if outcome.disconnect {
                     return drop_mid_response(stream, spid).await;
                 }
@@ -248,7 +248,7 @@ async fn converse(sim: &Simulator, stream: &mut TcpStream, session: &mut Session
                     _ => "",
                 };
                 if !sql.is_empty() {
-                    let outcome = run_in(&sim, session, sql.to_owned(), Vec::new()).await;
+                    let outcome = run_in(sim, session, sql.to_owned(), Vec::new()).await;
                     if let Some(error) = &outcome.error {
                         response.message(error, SERVER_NAME);
                     }
@@ -263,7 +263,7 @@ async fn converse(sim: &Simulator, stream: &mut TcpStream, session: &mut Session
                         response.env_bytes(if request_type == 7 { 9 } else { 10 }, &[], &old);
                         tran_descriptor = 0;
                         if flags & 0x01 != 0 {
-                            run_in(&sim, session, "BEGIN TRANSACTION".to_owned(), Vec::new()).await;
+                            run_in(sim, session, "BEGIN TRANSACTION".to_owned(), Vec::new()).await;
                             tran_descriptor = old_plus_one(old);
                             response.env_bytes(8, &tran_descriptor.to_le_bytes(), &[]);
                         }

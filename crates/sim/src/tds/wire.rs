@@ -134,10 +134,12 @@ fn days_since(date: NaiveDate, epoch: NaiveDate) -> i64 {
     (date - epoch).num_days()
 }
 
+#[allow(clippy::expect_used)] // invariant: slices taken by exact length, and constant dates
 fn date_epoch() -> NaiveDate {
     NaiveDate::from_ymd_opt(1, 1, 1).expect("valid date")
 }
 
+#[allow(clippy::expect_used)] // invariant: slices taken by exact length, and constant dates
 fn datetime_epoch() -> NaiveDate {
     NaiveDate::from_ymd_opt(1900, 1, 1).expect("valid date")
 }
@@ -330,16 +332,19 @@ impl<'a> Reader<'a> {
     }
 
     /// A u16 LE.
+    #[allow(clippy::expect_used)] // invariant: slices taken by exact length, and constant dates
     pub fn u16le(&mut self) -> SqlResult<u16> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("two bytes")))
     }
 
     /// A u32 LE.
+    #[allow(clippy::expect_used)] // invariant: slices taken by exact length, and constant dates
     pub fn u32le(&mut self) -> SqlResult<u32> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("four bytes")))
     }
 
     /// A u64 LE.
+    #[allow(clippy::expect_used)] // invariant: slices taken by exact length, and constant dates
     pub fn u64le(&mut self) -> SqlResult<u64> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("eight bytes")))
     }
@@ -395,6 +400,7 @@ fn read_date(bytes: &[u8]) -> SqlResult<NaiveDate> {
 }
 
 /// Reads an RPC parameter's TYPE_INFO and value; returns the value and the declared type.
+#[allow(clippy::expect_used)] // invariant: slices taken by exact length, and constant dates
 pub fn read_param(reader: &mut Reader<'_>) -> SqlResult<(Value, Option<SqlType>)> {
     let type_id = reader.u8()?;
     let fixed = |reader: &mut Reader<'_>, n: usize| -> SqlResult<Vec<u8>> { Ok(reader.take(n)?.to_vec()) };
@@ -496,7 +502,7 @@ pub fn read_param(reader: &mut Reader<'_>) -> SqlResult<(Value, Option<SqlType>)
             3 => (Value::Date(read_date(reader.take(3)?)?), Some(SqlType::Date)),
             len => return Err(bad_length(type_id, usize::from(len))),
         },
-        0x29 | 0x2A | 0x2B => {
+        0x29..=0x2B => {
             let scale = reader.u8()?;
             if scale > 7 {
                 return Err(SqlError::new(8009, 16, format!("Invalid scale {scale} of a time parameter.")));

@@ -49,7 +49,7 @@ impl Sim {
         self.exec_with(sql, params)
             .into_iter()
             .filter_map(|o| if let Output::Rows(rows) = o { Some(rows) } else { None })
-            .last()
+            .next_back()
             .unwrap_or_else(|| panic!("{sql} returned no result set"))
     }
 
