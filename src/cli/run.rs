@@ -6,8 +6,6 @@ use std::process::ExitCode;
 
 use mssql_cdc::connectors::ConnectorConfig;
 use mssql_cdc_core::config::WorkerConfig;
-use mssql_cdc_core::stage::supervisor::supervise;
-use mssql_cdc_core::stage::StageContext;
 use mssql_cdc_core::telemetry::{http, metrics, Health};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -55,30 +53,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let Some(worker) = worker.filter(|_| problems == 0) else {
         return Ok(ExitCode::from(EXIT_PROBLEMS));
     };
-    // Building checks what needs no network (secrets, formats) before anything starts; the
-    // supervisor builds each stage again for every retry.
-    for connector in &connectors {
-        let context = StageContext::new(&connector.name, worker.clone());
-        if let Err(error) = connector.options.clone().build(&context) {
-            eprintln!("error: {error}");
-            return Ok(ExitCode::from(EXIT_STAGE_FAILED));
+    let cancel = CancellationToken::new();
+    let mut stages = Vec::with_capacity(connectors.len());
+    for connector in connectors {
+        let name = connector.name.clone();
+        match connector.supervised(&worker, cancel.child_token()) {
+            Ok(stage) => stages.push((name, stage)),
+            Err(error) => {
+                eprintln!("error: {error}");
+                return Ok(ExitCode::from(EXIT_STAGE_FAILED));
+            }
         }
     }
 
     let handle = metrics::install();
     let health = Health::default();
-    let cancel = CancellationToken::new();
     let metrics_address = http::serve(worker.telemetry.listen, handle, health.clone(), cancel.clone()).await?;
     println!("metrics on {metrics_address}");
     std::io::stdout().flush()?;
     let mut tasks = tokio::task::JoinSet::new();
-    for connector in connectors {
-        tracing::info!(connector = %connector.name, "starting");
-        let context = StageContext::new(&connector.name, worker.clone());
-        let progress = context.progress.clone();
-        let options = connector.options;
-        let build = move || options.clone().build(&context);
-        tasks.spawn(supervise(connector.name, worker.retry.clone(), progress, build, cancel.child_token()));
+    for (name, stage) in stages {
+        tracing::info!(connector = %name, "starting");
+        tasks.spawn(stage);
     }
     health.set_ready(true);
     let mut terminate = signal(SignalKind::terminate())?;

@@ -16,6 +16,10 @@ pub mod registry;
 
 use mssql_cdc_core::config::load::{env_name, Document, LoadError, CONNECTOR_ENV_PREFIX};
 use mssql_cdc_core::config::problem::{Problem, Problems};
+use mssql_cdc_core::config::WorkerConfig;
+use mssql_cdc_core::stage::supervisor::supervise;
+use mssql_cdc_core::stage::{StageContext, StageError};
+use tokio_util::sync::CancellationToken;
 
 pub use registry::{ConnectorOptions, KindEntry, KINDS};
 
@@ -76,6 +80,20 @@ impl ConnectorConfig {
             (Some(name), Some(options)) if problems.is_empty() => Ok(Self { name, kind: registered, options }),
             _ => Err(problems.into_vec()),
         }
+    }
+}
+
+impl ConnectorConfig {
+    /// The task that runs this connector's stage under the supervisor, until `cancel` fires or
+    /// it stops. The stage is built once here, so what needs no network (secrets, formats) fails
+    /// before anything starts; the supervisor builds it again for every retry.
+    pub fn supervised(self, worker: &WorkerConfig, cancel: CancellationToken) -> Result<impl Future<Output = Result<(), StageError>> + Send + 'static, StageError> {
+        let context = StageContext::new(&self.name, worker.clone());
+        self.options.clone().build(&context)?;
+        let progress = context.progress.clone();
+        let options = self.options;
+        let build = move || options.clone().build(&context);
+        Ok(supervise(self.name, worker.retry.clone(), progress, build, cancel))
     }
 }
 

@@ -34,8 +34,6 @@ use mssql_cdc_sim::{LocalClient, SimConfig, Simulator, Value};
 use mssql_cdc_lake::silver::control;
 use mssql_cdc_source::config::ConnectionString;
 use mssql_cdc::connectors::ConnectorOptions;
-use mssql_cdc_core::stage::supervisor::supervise;
-use mssql_cdc_core::stage::StageContext;
 use mssql_cdc_core::telemetry::{http, metrics, Health};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -238,12 +236,7 @@ fn start_stages(sim_address: SocketAddr, broker_address: SocketAddr, password: &
             }
             ConnectorOptions::DeltaBronze(_) => {}
         }
-        let context = StageContext::new(&connector.name, worker.clone());
-        connector.options.clone().build(&context).map_err(|error| anyhow::anyhow!("{origin}: {error}"))?;
-        let progress = context.progress.clone();
-        let options = connector.options;
-        let build = move || options.clone().build(&context);
-        stages.spawn(supervise(connector.name, worker.retry.clone(), progress, build, cancel.child_token()));
+        stages.spawn(connector.supervised(&worker, cancel.child_token()).map_err(|error| anyhow::anyhow!("{origin}: {error}"))?);
     }
     Ok((stages, silver.context("connectors/demo has a delta-silver connector")?))
 }
