@@ -67,7 +67,9 @@ pub fn is_transient(error: &(dyn Error + 'static)) -> bool {
 /// returning it, so its type is lost: the text is all there is to classify.
 fn stringified_store_failure(message: &str) -> bool {
     let message = message.to_ascii_lowercase();
-    message.contains("error interacting with object store") && !message.contains("not found") && !message.contains("permission") && !message.contains("unauthenticated")
+    // "Error interacting with object store: ..." (log listing), "Object Store error: ..."
+    // (Parquet footers read through DataFusion).
+    message.contains("object store") && !message.contains("not found") && !message.contains("permission") && !message.contains("unauthenticated")
 }
 
 fn io_is_transient(error: &std::io::Error) -> bool {
@@ -119,6 +121,8 @@ mod tests {
     fn stringified_object_store_failures_are_transient() {
         let listed = DeltaTableError::Generic("Error interacting with object store: Generic S3 error: Error performing list request: HTTP error: error sending request".into());
         assert!(DeltaError::new("s3://b/t", listed).transient);
+        let footer = DeltaTableError::Generic("Parquet error: Failed to fetch metadata for file t/x.parquet: Object Store error: Generic S3 error: HTTP error: error sending request".into());
+        assert!(DeltaError::new("s3://b/t", footer).transient);
         let missing = DeltaTableError::Generic("Error interacting with object store: Object at location t/x not found".into());
         assert!(!DeltaError::new("s3://b/t", missing).transient);
     }
