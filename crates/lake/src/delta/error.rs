@@ -67,9 +67,11 @@ pub fn is_transient(error: &(dyn Error + 'static)) -> bool {
 /// returning it, so its type is lost: the text is all there is to classify.
 fn stringified_store_failure(message: &str) -> bool {
     let message = message.to_ascii_lowercase();
-    // "Error interacting with object store: ..." (log listing), "Object Store error: ..."
-    // (Parquet footers read through DataFusion).
-    message.contains("object store") && !message.contains("not found") && !message.contains("permission") && !message.contains("unauthenticated")
+    // "Error interacting with object store: ..." (log listing), "Object Store error: ..." and
+    // "Parquet error: External: Generic S3 error: ... error sending request" (files read
+    // through DataFusion): each seen during an outage.
+    let store = ["object store", "s3 error", "gcs error", "azure error", "error sending request", "connection refused"].iter().any(|marker| message.contains(marker));
+    store && !message.contains("not found") && !message.contains("permission") && !message.contains("unauthenticated")
 }
 
 fn io_is_transient(error: &std::io::Error) -> bool {
@@ -123,6 +125,8 @@ mod tests {
         assert!(DeltaError::new("s3://b/t", listed).transient);
         let footer = DeltaTableError::Generic("Parquet error: Failed to fetch metadata for file t/x.parquet: Object Store error: Generic S3 error: HTTP error: error sending request".into());
         assert!(DeltaError::new("s3://b/t", footer).transient);
+        let external = DeltaTableError::Generic("Parquet error: External: Generic S3 error: Error performing GET http://h/x.parquet - HTTP error: error sending request".into());
+        assert!(DeltaError::new("s3://b/t", external).transient);
         let missing = DeltaTableError::Generic("Error interacting with object store: Object at location t/x not found".into());
         assert!(!DeltaError::new("s3://b/t", missing).transient);
     }
