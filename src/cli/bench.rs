@@ -15,6 +15,7 @@ use mssql_cdc_sim::workload::orders_backlog;
 use mssql_cdc_source::config::{ConnectionString, Encrypt};
 use mssql_cdc_source::publish::Publisher;
 use mssql_cdc_source::stream::Stream;
+use mssql_cdc::connectors::validated;
 use mssql_cdc_source::MssqlSourceOptions;
 use mssql_cdc_testkit::kafka::{controls, read_all, totals};
 use tokio_util::sync::CancellationToken;
@@ -84,7 +85,8 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
         poll_interval_ms: 50,
         ..MssqlSourceOptions::default()
     };
-    let stream = Stream::new("bench-source", "dbo_orders", Arc::new(options), &kafka, None)?;
+    let settings = validated(options).map_err(|problems| anyhow::anyhow!("bench source options: {problems:?}"))?;
+    let stream = Stream::new("bench-source", "dbo_orders", Arc::new(settings), &kafka, None)?;
     let cancel = CancellationToken::new();
     let started = Instant::now();
     let task = tokio::spawn(stream.run(cancel.clone()));
@@ -150,7 +152,8 @@ async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
     let base_rss = peak_rss_mb();
     let cancel = CancellationToken::new();
     let started = Instant::now();
-    let task = tokio::spawn(Box::new(BronzeSink::new(options, &context)).run(cancel.clone()));
+    let settings = validated(options).map_err(|problems| anyhow::anyhow!("bench bronze options: {problems:?}"))?;
+    let task = tokio::spawn(Box::new(BronzeSink::new(settings, &context)).run(cancel.clone()));
     let last = batches as i64 - 1;
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;

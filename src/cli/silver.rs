@@ -9,7 +9,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use mssql_cdc::connectors::ConnectorConfig;
 use mssql_cdc_lake::delta::table::{self, table_url};
 use mssql_cdc_lake::silver::{self, control};
-use mssql_cdc::connectors::ConnectorOptions;
+use mssql_cdc::connectors::ConnectorSettings;
 
 use super::table::StorageArgs;
 
@@ -59,7 +59,7 @@ pub async fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_PROBLEMS));
         }
     };
-    let ConnectorOptions::DeltaSilver(options) = connector.options else {
+    let ConnectorSettings::DeltaSilver(options) = connector.settings else {
         eprintln!("{}: kind is `{}`; `apply` runs a `delta-silver` connector", args.connector.display(), connector.kind);
         return Ok(ExitCode::from(EXIT_PROBLEMS));
     };

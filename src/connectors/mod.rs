@@ -21,7 +21,7 @@ use mssql_cdc_core::stage::supervisor::supervise;
 use mssql_cdc_core::stage::{StageContext, StageError};
 use tokio_util::sync::CancellationToken;
 
-pub use registry::{ConnectorOptions, KindEntry, KINDS};
+pub use registry::{ConnectorSettings, KindEntry, KINDS};
 
 /// A loaded, validated connector.
 #[derive(Debug)]
@@ -31,8 +31,8 @@ pub struct ConnectorConfig {
     pub name: String,
     /// Its `kind`, as registered.
     pub kind: &'static str,
-    /// The options of its kind.
-    pub options: ConnectorOptions,
+    /// The validated settings of its kind.
+    pub settings: ConnectorSettings,
 }
 
 impl ConnectorConfig {
@@ -60,7 +60,7 @@ impl ConnectorConfig {
         };
         let kinds = registry::kind_names().join(", ");
         let mut registered = "";
-        let options = match document.string("kind") {
+        let settings = match document.string("kind") {
             None => {
                 problems.missing("kind", format!("one of: {kinds}"));
                 None
@@ -76,8 +76,8 @@ impl ConnectorConfig {
                 }
             },
         };
-        match (name, options) {
-            (Some(name), Some(options)) if problems.is_empty() => Ok(Self { name, kind: registered, options }),
+        match (name, settings) {
+            (Some(name), Some(settings)) if problems.is_empty() => Ok(Self { name, kind: registered, settings }),
             _ => Err(problems.into_vec()),
         }
     }
@@ -89,11 +89,21 @@ impl ConnectorConfig {
     /// before anything starts; the supervisor builds it again for every retry.
     pub fn supervised(self, worker: &WorkerConfig, cancel: CancellationToken) -> Result<impl Future<Output = Result<(), StageError>> + Send + 'static, StageError> {
         let context = StageContext::new(&self.name, worker.clone());
-        self.options.clone().build(&context)?;
+        self.settings.clone().build(&context)?;
         let progress = context.progress.clone();
-        let options = self.options;
-        let build = move || options.clone().build(&context);
+        let settings = self.settings;
+        let build = move || settings.clone().build(&context);
         Ok(supervise(self.name, worker.retry.clone(), progress, build, cancel))
+    }
+}
+
+/// Validates options built in code (`bench`) as a file's would be: the settings, or every
+/// problem found.
+pub fn validated<K: mssql_cdc_core::stage::ConnectorKind>(options: K) -> Result<K::Settings, Vec<Problem>> {
+    let mut problems = Problems::under("");
+    match options.validate(&mut problems) {
+        Some(settings) if problems.is_empty() => Ok(settings),
+        _ => Err(problems.into_vec()),
     }
 }
 

@@ -13,41 +13,34 @@ pub struct KindEntry {
     pub kind: &'static str,
     /// One line describing it.
     pub summary: &'static str,
-    /// Extracts and validates its options from a document (without `name` and `kind`).
-    pub load: fn(&Document, &mut Problems) -> Option<ConnectorOptions>,
+    /// Extracts its options from a document (without `name` and `kind`) and validates them
+    /// into settings.
+    pub load: fn(&Document, &mut Problems) -> Option<ConnectorSettings>,
 }
 
 macro_rules! kinds {
     ($($variant:ident($options:ty),)+) => {
-        /// The options of a loaded connector, by kind.
+        /// The validated settings of a loaded connector, by kind.
         #[derive(Clone, Debug)]
-        pub enum ConnectorOptions {
+        pub enum ConnectorSettings {
             $(
-                #[doc = concat!("Options of `", stringify!($options), "`.")]
-                $variant($options),
+                #[doc = concat!("Settings of `", stringify!($options), "`.")]
+                $variant(<$options as ConnectorKind>::Settings),
             )+
         }
 
-        impl ConnectorOptions {
-            /// Builds the stage of these options.
+        impl ConnectorSettings {
+            /// Builds the stage of these settings.
             pub fn build(self, context: &StageContext) -> Result<Box<dyn Stage>, StageError> {
                 match self {
-                    $(Self::$variant(options) => options.build(context),)+
+                    $(Self::$variant(settings) => <$options>::build(settings, context),)+
                 }
             }
         }
 
-        $(
-            impl From<$options> for ConnectorOptions {
-                fn from(options: $options) -> Self {
-                    Self::$variant(options)
-                }
-            }
-        )+
-
         /// Every connector kind, in documentation order.
         pub static KINDS: &[KindEntry] = &[
-            $(KindEntry { kind: <$options>::KIND, summary: <$options>::SUMMARY, load: load::<$options> },)+
+            $(KindEntry { kind: <$options>::KIND, summary: <$options>::SUMMARY, load: |document, problems| load::<$options>(document, problems).map(ConnectorSettings::$variant) },)+
         ];
     };
 }
@@ -58,10 +51,9 @@ kinds! {
     DeltaSilver(SilverOptions),
 }
 
-fn load<K: ConnectorKind + Into<ConnectorOptions>>(document: &Document, problems: &mut Problems) -> Option<ConnectorOptions> {
+fn load<K: ConnectorKind>(document: &Document, problems: &mut Problems) -> Option<K::Settings> {
     let options: K = document.extract(problems)?;
-    options.validate(problems);
-    Some(options.into())
+    options.validate(problems)
 }
 
 /// Finds a kind by its `kind` value (exact, case-sensitive).

@@ -15,7 +15,7 @@
 //!
 //! ## Example
 //!
-//! Validate `delta-silver` options without touching any table:
+//! Validate `delta-silver` options into settings without touching any table:
 //!
 //! ```
 //! use mssql_cdc_core::config::Problems;
@@ -23,8 +23,19 @@
 //! use mssql_cdc_lake::silver::SilverOptions;
 //!
 //! let mut problems = Problems::under("");
-//! SilverOptions::default().validate(&mut problems);
+//! assert!(SilverOptions::default().validate(&mut problems).is_none());
 //! assert!(problems.into_vec().iter().any(|problem| problem.key == "bronze"));
+//!
+//! let options = SilverOptions {
+//!     bronze: Some("./lake/bronze".into()),
+//!     target: Some("./lake/silver".into()),
+//!     app_id: Some("orders-silver".into()),
+//!     control_table: Some("./lake/control".into()),
+//!     facts_table: Some("./lake/facts".into()),
+//!     ..SilverOptions::default()
+//! };
+//! let settings = options.validate(&mut Problems::under("")).expect("valid");
+//! assert_eq!(settings.poll_interval, std::time::Duration::from_millis(1000));
 //! ```
 
 pub mod bronze;

@@ -21,7 +21,9 @@ use mssql_cdc_core::log::{ColumnType, RecordFormat};
 use mssql_cdc_types::lsn::Lsn;
 use mssql_cdc_lake::facts::{facts_app_id, facts_comments, facts_rows, facts_schema, SinkMetrics};
 use mssql_cdc_lake::silver::config::Granularity;
-use mssql_cdc_lake::silver::{Applier, SilverOptions};
+use mssql_cdc_core::config::Problems;
+use mssql_cdc_core::stage::ConnectorKind;
+use mssql_cdc_lake::silver::{Applier, SilverOptions, SilverSettings};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -193,8 +195,8 @@ async fn read_silver(location: &str) -> BTreeMap<i64, i64> {
     state
 }
 
-fn options(dir: &std::path::Path, app_id: &str, control: &str, max_batches: u64) -> SilverOptions {
-    SilverOptions {
+fn options(dir: &std::path::Path, app_id: &str, control: &str, max_batches: u64) -> SilverSettings {
+    let options = SilverOptions {
         bronze: Some(dir.join("bronze").display().to_string()),
         target: Some(dir.join("silver").display().to_string()),
         app_id: Some(app_id.into()),
@@ -204,7 +206,11 @@ fn options(dir: &std::path::Path, app_id: &str, control: &str, max_batches: u64)
         granularity: Granularity::Hour,
         max_batches_per_apply: max_batches,
         ..SilverOptions::default()
-    }
+    };
+    let mut problems = Problems::under("");
+    let settings = options.validate(&mut problems).expect("valid silver options");
+    assert!(problems.is_empty(), "{:?}", problems.into_vec());
+    settings
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,16 +1,21 @@
-//! [`MssqlSourceOptions`]: the options of an `mssql-source` connector file.
+//! [`MssqlSourceOptions`]: the options of an `mssql-source` connector file, and the
+//! [`MssqlSourceSettings`] validation makes of them.
 
 use std::fmt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use mssql_cdc_core::config::problem::Problems;
 use mssql_cdc_core::config::secret::{Secret, REDACTED};
 use mssql_cdc_core::kafka::config::Properties;
-use mssql_cdc_core::log::format::{validate_format, RecordFormat, SchemaRegistryConfig};
+use mssql_cdc_core::log::format::{validate_format, Encoding, RecordFormat, SchemaRegistryConfig};
 use mssql_cdc_core::log::topic::{is_valid_topic, TOPIC_FORM};
-use mssql_cdc_core::stage::ConnectorKind;
+use mssql_cdc_core::log::ColumnType;
+use mssql_cdc_core::stage::{ConnectorKind, Stage, StageContext, StageError};
+use mssql_cdc_types::lsn::Lsn;
+use mssql_cdc_types::timezone::ServerZone;
 
 /// Options of `mssql-source`. Names follow the reference library's, in snake_case.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -121,6 +126,130 @@ pub enum Encrypt {
     NotSupported,
 }
 
+/// The validated settings of an `mssql-source` connector: what the stage is built from.
+#[derive(Clone, Debug)]
+pub struct MssqlSourceSettings {
+    /// How to reach and log in to SQL Server.
+    pub login: Login,
+    /// Capture instances to read (at least one, each once).
+    pub capture_instances: Vec<String>,
+    /// Prefix of the data topics.
+    pub topic_prefix: String,
+    /// Encoding of data records, with the registry for Avro.
+    pub encoding: Encoding,
+    /// At most this many commits per batch (positive); `None`: unlimited.
+    pub max_commits_per_batch: Option<u64>,
+    /// Where a new stream starts.
+    pub starting_lsn: StartingLsn,
+    /// Stop on purged, unread changes (`true`) or skip ahead with a `data_skipped` event.
+    pub fail_on_data_loss: bool,
+    /// Zone of the server clock.
+    pub source_time_zone: SourceZone,
+    /// The captured columns to publish; empty: all, with their own types.
+    pub columns: Vec<ColumnChoice>,
+    /// Publish `__$command_id` as `_command_id`.
+    pub include_command_id: bool,
+    /// Pause between polls of a caught-up capture instance.
+    pub poll_interval: Duration,
+    /// An empty batch is published on a quiet table this often.
+    pub heartbeat_interval: Duration,
+    /// Rows per Arrow batch while reading (positive).
+    pub fetch_rows: usize,
+    /// How long SQL Server may stay unreachable before the stage stops.
+    pub retry_timeout: Duration,
+    /// Partitions of the data topics the source creates (positive).
+    pub topic_partitions: i32,
+    /// librdkafka producer properties passed through (no worker-owned keys).
+    pub producer_properties: Properties,
+}
+
+/// How to reach and log in to SQL Server.
+#[derive(Clone, Debug)]
+pub struct Login {
+    /// The connection string (names a server; holds no password).
+    pub connection_string: ConnectionString,
+    /// SQL login name, unless the connection string names it (or none is used).
+    pub user: Option<String>,
+    /// Its password (only with `user`).
+    pub password: Option<Secret>,
+    /// Login timeout.
+    pub connect_timeout: Duration,
+    /// TLS mode.
+    pub encrypt: Encrypt,
+    /// Which server certificates are trusted.
+    pub trust: ServerTrust,
+}
+
+/// Which server certificates the source trusts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerTrust {
+    /// Those the system's trust store vouches for.
+    System,
+    /// Any (testing only).
+    Any,
+    /// Those signed by the CA in this PEM file.
+    Ca(PathBuf),
+}
+
+/// Where a new stream starts (`starting_lsn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartingLsn {
+    /// At the oldest change the capture instance still holds.
+    Earliest,
+    /// After the newest change at start-up.
+    Latest,
+    /// After this LSN (taken as already processed).
+    After(Lsn),
+}
+
+impl StartingLsn {
+    /// `earliest`, `latest` or an LSN of 1 to 20 hex digits (`0x` optional).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "earliest" => Some(Self::Earliest),
+            "latest" => Some(Self::Latest),
+            text => Lsn::parse_hex(text).map(Self::After),
+        }
+    }
+}
+
+impl fmt::Display for StartingLsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Earliest => f.write_str("earliest"),
+            Self::Latest => f.write_str("latest"),
+            Self::After(lsn) => write!(f, "{lsn}"),
+        }
+    }
+}
+
+/// The zone of the server clock (`source_time_zone`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceZone {
+    /// Asked of the server (`CURRENT_TIMEZONE_ID()`) when a stream starts.
+    Auto,
+    /// This zone.
+    Fixed(ServerZone),
+}
+
+/// One `columns` entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnChoice {
+    /// The column's name as written (matched ignoring case, an exact match winning).
+    pub name: String,
+    /// The cast it is read through, if any.
+    pub cast: Option<Cast>,
+}
+
+/// `CAST([column] AS <sql_type>)`, and the log type that type maps to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cast {
+    /// The T-SQL type text, e.g. `decimal(18,2)`.
+    pub sql_type: String,
+    /// Its type on the log.
+    pub ty: ColumnType,
+}
+
 /// A connection string. Its `Debug` form hides any `Password=`/`PWD=` part.
 #[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(transparent)]
@@ -166,16 +295,75 @@ const RESERVED_PRODUCER_PROPERTIES: &[&str] =
 impl ConnectorKind for MssqlSourceOptions {
     const KIND: &'static str = "mssql-source";
     const SUMMARY: &'static str = "SQL Server CDC to Kafka: commit-aligned batches, resumable from the log";
+    type Settings = MssqlSourceSettings;
 
-    fn build(self, context: &mssql_cdc_core::stage::StageContext) -> Result<Box<dyn mssql_cdc_core::stage::Stage>, mssql_cdc_core::stage::StageError> {
-        let source = super::MssqlSource::build(self, context).map_err(|e| mssql_cdc_core::stage::StageError::new(&context.name, e))?;
+    fn build(settings: MssqlSourceSettings, context: &StageContext) -> Result<Box<dyn Stage>, StageError> {
+        let source = super::MssqlSource::build(settings, context).map_err(|e| StageError::new(&context.name, e))?;
         Ok(Box::new(source))
     }
 
-    fn validate(&self, problems: &mut Problems) {
-        match &self.connection_string {
-            None => problems.missing("connection_string", "\"Server=host,1433;Database=db\""),
+    fn validate(self, problems: &mut Problems) -> Option<MssqlSourceSettings> {
+        let login = self.login(problems);
+        self.check_capture_instances(problems);
+        let topic_prefix = match &self.topic_prefix {
+            None => {
+                problems.missing("topic_prefix", TOPIC_FORM);
+                None
+            }
+            Some(prefix) if !is_valid_topic(prefix) => {
+                problems.invalid("topic_prefix", "not a topic name prefix", TOPIC_FORM);
+                None
+            }
+            Some(prefix) => Some(prefix.clone()),
+        };
+        let encoding = validate_format(self.format, self.schema_registry.as_ref(), problems);
+        if self.max_commits_per_batch == Some(0) {
+            problems.invalid("max_commits_per_batch", "zero", "a positive integer, or omit it for unlimited");
+        }
+        let starting_lsn = StartingLsn::parse(&self.starting_lsn);
+        if starting_lsn.is_none() {
+            problems.invalid("starting_lsn", "not a starting position", "earliest, latest, or an LSN of up to 20 hex digits such as 0x0000002A000001F00003");
+        }
+        let source_time_zone = match self.source_time_zone.as_str() {
+            "auto" => Some(SourceZone::Auto),
+            name => ServerZone::parse(name).map(SourceZone::Fixed),
+        };
+        if source_time_zone.is_none() {
+            problems.invalid("source_time_zone", "not a known time zone", "auto, UTC or a Windows time zone name such as \"W. Europe Standard Time\"");
+        }
+        let columns = self.column_choices(problems);
+        self.check_counts(problems);
+        Some(MssqlSourceSettings {
+            login: login?,
+            capture_instances: self.capture_instances,
+            topic_prefix: topic_prefix?,
+            encoding: encoding?,
+            max_commits_per_batch: self.max_commits_per_batch,
+            starting_lsn: starting_lsn?,
+            fail_on_data_loss: self.fail_on_data_loss,
+            source_time_zone: source_time_zone?,
+            columns,
+            include_command_id: self.include_command_id,
+            poll_interval: Duration::from_millis(self.poll_interval_ms),
+            heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),
+            fetch_rows: self.fetch_rows,
+            retry_timeout: Duration::from_millis(self.retry_timeout_ms),
+            topic_partitions: i32::try_from(self.topic_partitions).ok()?,
+            producer_properties: self.producer_properties,
+        })
+    }
+}
+
+impl MssqlSourceOptions {
+    /// The connection string, login and TLS options.
+    fn login(&self, problems: &mut Problems) -> Option<Login> {
+        let connection_string = match &self.connection_string {
+            None => {
+                problems.missing("connection_string", "\"Server=host,1433;Database=db\"");
+                None
+            }
             Some(connection) => {
+                let before = problems.len();
                 if !connection.has_any(SERVER_KEYS) {
                     problems.invalid("connection_string", "names no server", "a Server=host[,port] part");
                 }
@@ -185,66 +373,70 @@ impl ConnectorKind for MssqlSourceOptions {
                 if connection.has_any(USER_KEYS) && self.user.is_some() {
                     problems.invalid("connection_string", "names a user and so does `user`", "the login given once, in `user`");
                 }
+                (problems.len() == before).then(|| connection.clone())
             }
-        }
+        };
         if self.password.is_some() && self.user.is_none() {
             problems.missing("user", "the login name that goes with password");
         }
-        if self.trust_server_certificate && self.trust_server_certificate_ca.is_some() {
-            problems.invalid("trust_server_certificate", "set together with trust_server_certificate_ca", "one of the two");
+        let trust = match (self.trust_server_certificate, &self.trust_server_certificate_ca) {
+            (true, Some(_)) => {
+                problems.invalid("trust_server_certificate", "set together with trust_server_certificate_ca", "one of the two");
+                None
+            }
+            (true, None) => Some(ServerTrust::Any),
+            (false, Some(ca)) => Some(ServerTrust::Ca(ca.clone())),
+            (false, None) => Some(ServerTrust::System),
+        };
+        if self.connect_timeout == 0 {
+            problems.invalid("connect_timeout", "zero", "a positive number of seconds");
         }
+        Some(Login {
+            connection_string: connection_string?,
+            user: self.user.clone(),
+            password: self.password.clone(),
+            connect_timeout: Duration::from_secs(self.connect_timeout),
+            encrypt: self.encrypt,
+            trust: trust?,
+        })
+    }
+
+    fn check_capture_instances(&self, problems: &mut Problems) {
         if self.capture_instances.is_empty() {
             problems.missing("capture_instances", "a list of capture instance names such as [\"dbo_orders\"]");
         }
         for (index, name) in self.capture_instances.iter().enumerate() {
             if name.is_empty() || name.chars().count() > 100 || name.chars().any(|c| c == ']' || c.is_control()) {
-                problems.invalid(
-                    &format!("capture_instances.{index}"),
-                    "not a capture instance name",
-                    "1 to 100 characters, without ']' or control characters",
-                );
+                problems.invalid(&format!("capture_instances.{index}"), "not a capture instance name", "1 to 100 characters, without ']' or control characters");
             }
-            let duplicate = self.capture_instances[..index].iter().any(|earlier| earlier == name);
-            if duplicate {
+            if self.capture_instances[..index].iter().any(|earlier| earlier == name) {
                 problems.invalid(&format!("capture_instances.{index}"), "listed twice", "each capture instance once");
             }
         }
-        match &self.topic_prefix {
-            None => problems.missing("topic_prefix", TOPIC_FORM),
-            Some(prefix) if !is_valid_topic(prefix) => problems.invalid("topic_prefix", "not a topic name prefix", TOPIC_FORM),
-            Some(_) => {}
-        }
-        validate_format(self.format, self.schema_registry.as_ref(), problems);
-        if self.max_commits_per_batch == Some(0) {
-            problems.invalid("max_commits_per_batch", "zero", "a positive integer, or omit it for unlimited");
-        }
-        if !is_starting_lsn(&self.starting_lsn) {
-            problems.invalid(
-                "starting_lsn",
-                "not a starting position",
-                "earliest, latest, or an LSN of up to 20 hex digits such as 0x0000002A000001F00003",
-            );
-        }
-        if self.source_time_zone != "auto" && mssql_cdc_types::timezone::ServerZone::parse(&self.source_time_zone).is_none() {
-            problems.invalid("source_time_zone", "not a known time zone", "auto, UTC or a Windows time zone name such as \"W. Europe Standard Time\"");
-        }
+    }
+
+    fn column_choices(&self, problems: &mut Problems) -> Vec<ColumnChoice> {
+        let mut choices = Vec::with_capacity(self.columns.len());
         for (index, column) in self.columns.iter().enumerate() {
-            if parse_column(column).is_none() {
-                problems.invalid(
+            match parse_column(column) {
+                Some(choice) => choices.push(choice),
+                None => problems.invalid(
                     &format!("columns.{index}"),
                     "not a column",
                     "a column name, or a name and a T-SQL type to cast to, such as \"amount decimal(18,2)\"",
-                );
+                ),
             }
         }
+        choices
+    }
+
+    /// Sizes, intervals and pass-through properties.
+    fn check_counts(&self, problems: &mut Problems) {
         if self.fetch_rows == 0 {
             problems.invalid("fetch_rows", "zero", "a positive number of rows");
         }
         if self.retry_timeout_ms == 0 {
             problems.invalid("retry_timeout_ms", "zero", "a positive number of milliseconds");
-        }
-        if self.connect_timeout == 0 {
-            problems.invalid("connect_timeout", "zero", "a positive number of seconds");
         }
         if self.poll_interval_ms == 0 {
             problems.invalid("poll_interval_ms", "zero", "a positive number of milliseconds");
@@ -252,23 +444,19 @@ impl ConnectorKind for MssqlSourceOptions {
         if self.heartbeat_interval_ms < self.poll_interval_ms {
             problems.invalid("heartbeat_interval_ms", "shorter than poll_interval_ms", "at least poll_interval_ms");
         }
-        if self.topic_partitions == 0 {
-            problems.invalid("topic_partitions", "zero", "a positive number of partitions");
+        if self.topic_partitions == 0 || i32::try_from(self.topic_partitions).is_err() {
+            problems.invalid("topic_partitions", "out of range", "a positive number of partitions, at most 2147483647");
         }
         for key in self.producer_properties.keys() {
             if RESERVED_PRODUCER_PROPERTIES.contains(&key.as_str()) {
-                problems.invalid(
-                    &format!("producer_properties.{key}"),
-                    "owned by the worker or required by the source's guarantees",
-                    "the worker's [kafka] settings",
-                );
+                problems.invalid(&format!("producer_properties.{key}"), "owned by the worker or required by the source's guarantees", "the worker's [kafka] settings");
             }
         }
     }
 }
 
-/// A `columns` entry: the column name and, when it casts, the cast's type text and log type.
-pub fn parse_column(text: &str) -> Option<(String, Option<(String, mssql_cdc_core::log::ColumnType)>)> {
+/// A `columns` entry: `"name"` or `"name <T-SQL type>"`.
+pub fn parse_column(text: &str) -> Option<ColumnChoice> {
     let text = text.trim();
     let (name, cast) = match text.split_once(char::is_whitespace) {
         Some((name, cast)) => (name, Some(cast.trim())),
@@ -277,22 +465,11 @@ pub fn parse_column(text: &str) -> Option<(String, Option<(String, mssql_cdc_cor
     if name.is_empty() || name.len() > 128 || name.chars().any(|c| c == ']' || c.is_control()) {
         return None;
     }
-    match cast {
-        None => Some((name.to_owned(), None)),
-        Some(cast) => {
-            let ty = mssql_cdc_core::log::ColumnType::parse_sql(cast)?;
-            Some((name.to_owned(), Some((cast.to_owned(), ty))))
-        }
-    }
-}
-
-/// Whether `text` is `earliest`, `latest` or an LSN of 1 to 20 hex digits (`0x` optional).
-pub fn is_starting_lsn(text: &str) -> bool {
-    if matches!(text, "earliest" | "latest") {
-        return true;
-    }
-    let digits = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")).unwrap_or(text);
-    (1..=20).contains(&digits.len()) && digits.chars().all(|c| c.is_ascii_hexdigit())
+    let cast = match cast {
+        None => None,
+        Some(cast) => Some(Cast { sql_type: cast.to_owned(), ty: ColumnType::parse_sql(cast)? }),
+    };
+    Some(ColumnChoice { name: name.to_owned(), cast })
 }
 
 #[cfg(test)]
@@ -310,13 +487,22 @@ mod tests {
 
     fn problem_keys(options: &MssqlSourceOptions) -> Vec<String> {
         let mut problems = Problems::under("");
-        options.validate(&mut problems);
+        options.clone().validate(&mut problems);
         problems.into_vec().into_iter().map(|problem| problem.key).collect()
     }
 
+    /// Invariant: validation yields settings with defaults applied and parsed values typed.
     #[test]
     fn a_minimal_source_is_valid() {
         assert!(problem_keys(&valid()).is_empty());
+        let settings = valid().validate(&mut Problems::under("")).unwrap();
+        assert_eq!(settings.starting_lsn, StartingLsn::Earliest);
+        assert_eq!(settings.source_time_zone, SourceZone::Auto);
+        assert_eq!(settings.encoding, Encoding::Json);
+        assert_eq!(settings.login.trust, ServerTrust::System);
+        assert_eq!(settings.poll_interval, Duration::from_millis(500));
+        let at = MssqlSourceOptions { starting_lsn: "2A".into(), ..valid() }.validate(&mut Problems::under("")).unwrap();
+        assert_eq!(at.starting_lsn, StartingLsn::After(Lsn::parse_hex("0x0000000000000000002A").unwrap()));
     }
 
     #[test]
@@ -327,19 +513,19 @@ mod tests {
             ..valid()
         };
         assert_eq!(problem_keys(&options), vec!["source_time_zone", "columns.2"]);
-        assert_eq!(parse_column("amount  decimal(18,2)").unwrap().1.unwrap().0, "decimal(18,2)");
+        assert_eq!(parse_column("amount  decimal(18,2)").unwrap().cast.unwrap().sql_type, "decimal(18,2)");
         let zoned = MssqlSourceOptions { source_time_zone: "W. Europe Standard Time".into(), ..valid() };
         assert!(problem_keys(&zoned).is_empty());
     }
 
     #[test]
     fn starting_lsn_forms() {
-        assert!(is_starting_lsn("earliest"));
-        assert!(is_starting_lsn("0x0000002A000001F00003"));
-        assert!(is_starting_lsn("2A"));
-        assert!(!is_starting_lsn("0x"));
-        assert!(!is_starting_lsn("0x0000002A000001F000031"));
-        assert!(!is_starting_lsn("newest"));
+        assert_eq!(StartingLsn::parse("earliest"), Some(StartingLsn::Earliest));
+        assert!(StartingLsn::parse("0x0000002A000001F00003").is_some());
+        assert!(StartingLsn::parse("2A").is_some());
+        assert!(StartingLsn::parse("0x").is_none());
+        assert!(StartingLsn::parse("0x0000002A000001F000031").is_none());
+        assert!(StartingLsn::parse("newest").is_none());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use tiberius::{AuthMethod, Client, Config, EncryptionLevel};
 use tokio::net::TcpStream;
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
-use super::config::{Encrypt, MssqlSourceOptions};
+use super::config::{Encrypt, Login, ServerTrust};
 use super::error::SourceError;
 
 /// A connected client.
@@ -30,9 +30,8 @@ impl std::fmt::Debug for Connector {
 
 impl Connector {
     /// Builds the tiberius configuration (no I/O besides reading the password's secret).
-    pub fn new(options: &MssqlSourceOptions) -> Result<Self, SourceError> {
-        let text = options.connection_string.as_ref().map(|c| c.0.as_str()).unwrap_or_default();
-        let mut config = Config::from_ado_string(text).map_err(|error| SourceError::Sql {
+    pub fn new(options: &Login) -> Result<Self, SourceError> {
+        let mut config = Config::from_ado_string(&options.connection_string.0).map_err(|error| SourceError::Sql {
             message: format!("connection_string: {error}"),
             code: None,
             transient: false,
@@ -47,16 +46,15 @@ impl Connector {
             Encrypt::Off => EncryptionLevel::Off,
             Encrypt::NotSupported => EncryptionLevel::NotSupported,
         });
-        if options.trust_server_certificate {
-            config.trust_cert();
-        }
-        if let Some(ca) = &options.trust_server_certificate_ca {
-            config.trust_cert_ca(ca.display().to_string());
+        match &options.trust {
+            ServerTrust::System => {}
+            ServerTrust::Any => config.trust_cert(),
+            ServerTrust::Ca(ca) => config.trust_cert_ca(ca.display().to_string()),
         }
         config.application_name("mssql-cdc");
         let address = config.get_addr();
         let secrets: Vec<String> = password.iter().map(|p| p.expose().to_owned()).collect();
-        Ok(Self { config, address, timeout: Duration::from_secs(options.connect_timeout), secrets: secrets.into() })
+        Ok(Self { config, address, timeout: options.connect_timeout, secrets: secrets.into() })
     }
 
     /// The values to remove from any message.

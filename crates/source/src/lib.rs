@@ -30,7 +30,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-pub use config::MssqlSourceOptions;
+pub use config::{MssqlSourceOptions, MssqlSourceSettings};
 pub use error::SourceError;
 
 use mssql_cdc_core::log::registry::SchemaRegistry;
@@ -44,12 +44,12 @@ pub struct MssqlSource {
 
 impl MssqlSource {
     /// Builds the streams (no network).
-    pub fn build(options: MssqlSourceOptions, context: &StageContext) -> Result<Self, SourceError> {
-        let registry = match (&options.schema_registry, options.format) {
-            (Some(config), mssql_cdc_core::log::RecordFormat::Avro) => Some(Arc::new(SchemaRegistry::new(config)?)),
-            _ => None,
+    pub fn build(settings: MssqlSourceSettings, context: &StageContext) -> Result<Self, SourceError> {
+        let registry = match &settings.encoding {
+            mssql_cdc_core::log::Encoding::Avro(registry) => Some(Arc::new(SchemaRegistry::new(registry)?)),
+            mssql_cdc_core::log::Encoding::Json => None,
         };
-        let options = Arc::new(options);
+        let options = Arc::new(settings);
         let streams = options
             .capture_instances
             .iter()

@@ -7,7 +7,7 @@ use chrono::{DateTime, FixedOffset, NaiveDateTime};
 use futures::TryStreamExt;
 use tiberius::{ColumnData, Row};
 
-use super::config::{parse_column, MssqlSourceOptions};
+use super::config::{ColumnChoice, MssqlSourceSettings};
 use super::connection::{Connector, TdsClient};
 use super::error::SourceError;
 use super::rows::ChangeCoordinates;
@@ -133,7 +133,7 @@ pub async fn table_schema(
     client: &mut TdsClient,
     connector: &Connector,
     instance: &Instance,
-    options: &MssqlSourceOptions,
+    options: &MssqlSourceSettings,
 ) -> Result<(TableSchema, Vec<String>), SourceError> {
     let sql = "SELECT cc.column_name, t.name, c.precision, c.scale \
                FROM cdc.change_tables ct \
@@ -151,7 +151,7 @@ pub async fn table_schema(
         let scale = row.try_get::<u8, _>(3).ok().flatten().unwrap_or(0);
         captured.push((name, type_name, precision, scale));
     }
-    build_schema(&instance.name, &instance.index_columns, &captured, options)
+    build_schema(&instance.name, &instance.index_columns, &captured, &options.columns, options.include_command_id)
 }
 
 /// Builds the schema and select list from the catalog's facts, pure.
@@ -159,7 +159,8 @@ pub fn build_schema(
     capture_instance: &str,
     index_columns: &[String],
     captured: &[(String, String, u8, u8)],
-    options: &MssqlSourceOptions,
+    choices: &[ColumnChoice],
+    include_command_id: bool,
 ) -> Result<(TableSchema, Vec<String>), SourceError> {
     let schema_error = |message: String| SourceError::Schema { capture_instance: capture_instance.to_owned(), message };
     if captured.is_empty() {
@@ -168,21 +169,18 @@ pub fn build_schema(
     let find = |name: &str| captured.iter().find(|c| c.0 == name).or_else(|| captured.iter().find(|c| c.0.eq_ignore_ascii_case(name)));
     let mut columns = Vec::new();
     let mut select = Vec::new();
-    let wanted: Vec<(String, Option<(String, ColumnType)>)> = if options.columns.is_empty() {
-        captured.iter().map(|c| (c.0.clone(), None)).collect()
-    } else {
-        options.columns.iter().filter_map(|c| parse_column(c)).collect()
-    };
-    for (name, cast) in wanted {
+    let wanted: Vec<ColumnChoice> =
+        if choices.is_empty() { captured.iter().map(|c| ColumnChoice { name: c.0.clone(), cast: None }).collect() } else { choices.to_vec() };
+    for ColumnChoice { name, cast } in wanted {
         let (actual, type_name, precision, scale) =
             find(&name).ok_or_else(|| schema_error(format!("columns: `{name}` is not captured; captured: {}", captured.iter().map(|c| c.0.as_str()).collect::<Vec<_>>().join(", "))))?;
         let ty = match &cast {
-            Some((_, ty)) => *ty,
+            Some(cast) => cast.ty,
             None => ColumnType::from_sql(type_name, *precision, *scale)
                 .ok_or_else(|| schema_error(format!("column `{actual}` has type {type_name}, which the log cannot carry; leave it out with `columns` or cast it (e.g. \"{actual} nvarchar(max)\")")))?,
         };
         select.push(match &cast {
-            Some((sql_type, _)) => format!("CAST({} AS {sql_type}) AS {}", quote(actual), quote(actual)),
+            Some(cast) => format!("CAST({} AS {}) AS {}", quote(actual), cast.sql_type, quote(actual)),
             None => quote(actual),
         });
         columns.push(Column { name: actual.clone(), ty });
@@ -198,7 +196,7 @@ pub fn build_schema(
     if key.is_empty() {
         return Err(schema_error("the capture instance has no unique index (no key columns); records could not be keyed".into()));
     }
-    Ok((TableSchema { columns, key, include_command_id: options.include_command_id }, select))
+    Ok((TableSchema { columns, key, include_command_id }, select))
 }
 
 /// The maximum and minimum LSNs and the server clock.
@@ -330,14 +328,13 @@ mod tests {
             ("amount".to_owned(), "money".to_owned(), 19, 4),
             ("shape".to_owned(), "geography".to_owned(), 0, 0),
         ];
-        let options = MssqlSourceOptions { columns: vec!["ID".into(), "amount decimal(10,2)".into()], ..Default::default() };
-        let (schema, select) = build_schema("dbo_t", &["id".into()], &captured, &options).unwrap();
+        let choose = |columns: &[&str]| columns.iter().map(|c| crate::config::parse_column(c).unwrap()).collect::<Vec<_>>();
+        let (schema, select) = build_schema("dbo_t", &["id".into()], &captured, &choose(&["ID", "amount decimal(10,2)"]), true).unwrap();
         assert_eq!(select, vec!["[id]", "CAST([amount] AS decimal(10,2)) AS [amount]"]);
         assert_eq!(schema.columns[1].ty, ColumnType::Decimal { precision: 10, scale: 2 });
-        let all = build_schema("dbo_t", &["id".into()], &captured, &MssqlSourceOptions::default()).unwrap_err().to_string();
+        let all = build_schema("dbo_t", &["id".into()], &captured, &[], true).unwrap_err().to_string();
         assert!(all.contains("shape") && all.contains("geography"), "{all}");
-        let keyless = MssqlSourceOptions { columns: vec!["amount".into()], ..Default::default() };
-        let error = build_schema("dbo_t", &["id".into()], &captured, &keyless).unwrap_err().to_string();
+        let error = build_schema("dbo_t", &["id".into()], &captured, &choose(&["amount"]), true).unwrap_err().to_string();
         assert!(error.contains("key column `id`"), "{error}");
     }
 

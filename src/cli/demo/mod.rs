@@ -33,7 +33,7 @@ use mssql_cdc_sim::workload::{create_orders, Workload, WorkloadOptions};
 use mssql_cdc_sim::{LocalClient, SimConfig, Simulator, Value};
 use mssql_cdc_lake::silver::control;
 use mssql_cdc_source::config::ConnectionString;
-use mssql_cdc::connectors::ConnectorOptions;
+use mssql_cdc::connectors::ConnectorSettings;
 use mssql_cdc_core::telemetry::{http, metrics, Health};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -225,16 +225,14 @@ fn start_stages(sim_address: SocketAddr, broker_address: SocketAddr, password: &
     for (origin, text) in CONNECTORS {
         let mut connector = ConnectorConfig::from_document(Document::parse(origin, text)?)
             .map_err(|problems| anyhow::anyhow!("{origin}: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
-        match &mut connector.options {
+        match &mut connector.settings {
             // The simulator's port is chosen at start, and its password is the demo's.
-            ConnectorOptions::MssqlSource(options) => {
-                options.connection_string = Some(ConnectionString(format!("Server=127.0.0.1,{};Database=sales", sim_address.port())));
-                options.password = Some(Secret::Inline(SecretString::new(password.to_owned())));
+            ConnectorSettings::MssqlSource(settings) => {
+                settings.login.connection_string = ConnectionString(format!("Server=127.0.0.1,{};Database=sales", sim_address.port()));
+                settings.login.password = Some(Secret::Inline(SecretString::new(password.to_owned())));
             }
-            ConnectorOptions::DeltaSilver(options) => {
-                silver = Some((options.target.clone().context("silver target")?, options.control_table.clone().context("silver control_table")?));
-            }
-            ConnectorOptions::DeltaBronze(_) => {}
+            ConnectorSettings::DeltaSilver(settings) => silver = Some((settings.target.clone(), settings.control_table.clone())),
+            ConnectorSettings::DeltaBronze(_) => {}
         }
         stages.spawn(connector.supervised(&worker, cancel.child_token()).map_err(|error| anyhow::anyhow!("{origin}: {error}"))?);
     }

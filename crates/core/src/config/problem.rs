@@ -93,6 +93,12 @@ impl Problems {
         self.list.is_empty()
     }
 
+    /// How many problems were recorded (compare before and after a check to see whether it
+    /// found any).
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
     /// The recorded problems, in the order found.
     pub fn into_vec(self) -> Vec<Problem> {
         self.list

@@ -43,17 +43,56 @@ impl SchemaRegistryConfig {
     }
 }
 
-/// Checks `format` and `schema_registry` together: Avro needs a registry.
-pub fn validate_format(format: RecordFormat, registry: Option<&SchemaRegistryConfig>, problems: &mut Problems) {
-    match (format, registry) {
-        (RecordFormat::Avro, None) => {
-            problems.missing("schema_registry", "a [schema_registry] table with url, since format = \"avro\"")
+/// A validated registry: its base URL (no trailing `/`) and login.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegistrySettings {
+    /// Base URL, without a trailing `/`.
+    pub url: String,
+    /// Basic-auth user.
+    pub user: Option<String>,
+    /// Basic-auth password (only with `user`).
+    pub password: Option<Secret>,
+}
+
+/// The validated encoding of data records: what `format` and `schema_registry` say together.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Encoding {
+    /// One JSON object per record.
+    Json,
+    /// Avro in the Confluent wire format, schemas registered in (or read from) the registry.
+    Avro(RegistrySettings),
+}
+
+impl Encoding {
+    /// The format it encodes.
+    pub fn format(&self) -> RecordFormat {
+        match self {
+            Self::Json => RecordFormat::Json,
+            Self::Avro(_) => RecordFormat::Avro,
         }
-        (_, Some(registry)) => {
+    }
+}
+
+/// Checks `format` and `schema_registry` together (Avro needs a registry) and yields the
+/// encoding, or `None` after reporting why not.
+pub fn validate_format(format: RecordFormat, registry: Option<&SchemaRegistryConfig>, problems: &mut Problems) -> Option<Encoding> {
+    let registry = match registry {
+        Some(registry) => {
             let mut nested = Problems::under("schema_registry");
             registry.validate(&mut nested);
+            let valid = nested.is_empty();
             problems.extend(nested);
+            let url = registry.url.as_deref().filter(|_| valid)?.trim_end_matches('/').to_owned();
+            Some(RegistrySettings { url, user: registry.user.clone(), password: registry.password.clone() })
         }
-        (RecordFormat::Json, None) => {}
+        None => None,
+    };
+    match (format, registry) {
+        (RecordFormat::Avro, None) => {
+            problems.missing("schema_registry", "a [schema_registry] table with url, since format = \"avro\"");
+            None
+        }
+        (RecordFormat::Avro, Some(registry)) => Some(Encoding::Avro(registry)),
+        (RecordFormat::Json, _) => Some(Encoding::Json),
     }
 }

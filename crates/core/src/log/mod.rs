@@ -13,5 +13,5 @@ pub mod schema;
 pub mod topic;
 
 pub use control::{ControlRecord, Event, PartitionRange, SourceMetrics};
-pub use format::{RecordFormat, SchemaRegistryConfig};
+pub use format::{Encoding, RecordFormat, RegistrySettings, SchemaRegistryConfig};
 pub use schema::{Column, ColumnType, TableSchema};

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use serde_json::Value as Json;
 
-use super::format::SchemaRegistryConfig;
+use super::format::RegistrySettings;
 use crate::config::secret::SecretString;
 
 /// A registry call failed. Messages never hold the password.
@@ -65,10 +65,10 @@ impl std::fmt::Debug for SchemaRegistry {
 }
 
 impl SchemaRegistry {
-    /// A client of the configured registry (its URL was checked by validation).
-    pub fn new(config: &SchemaRegistryConfig) -> Result<Self, RegistryError> {
+    /// A client of a validated registry.
+    pub fn new(config: &RegistrySettings) -> Result<Self, RegistryError> {
         let password = config.password.as_ref().map(|p| p.resolve()).transpose()?;
-        let url = config.url.clone().unwrap_or_default().trim_end_matches('/').to_owned();
+        let url = config.url.clone();
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
             .build()

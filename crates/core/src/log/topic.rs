@@ -16,13 +16,16 @@ pub fn is_valid_topic(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
-/// Checks an optional topic option: missing (when required) or not a topic name.
-pub fn check_topic(problems: &mut Problems, key: &str, topic: Option<&str>, required: bool) {
+/// Checks an optional topic option (missing when required, or not a topic name) and yields
+/// the topic when it is present and valid.
+pub fn check_topic(problems: &mut Problems, key: &str, topic: Option<&str>, required: bool) -> Option<String> {
     match topic {
         None if required => problems.missing(key, TOPIC_FORM),
         Some(topic) if !is_valid_topic(topic) => problems.invalid(key, "not a topic name", TOPIC_FORM),
-        _ => {}
+        Some(topic) => return Some(topic.to_owned()),
+        None => {}
     }
+    None
 }
 
 /// The control topic that belongs to a data topic: `<data topic>.control`.

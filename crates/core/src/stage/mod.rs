@@ -1,7 +1,8 @@
 //! The stage contract: what a connector kind's options and its running stage must do.
 //!
 //! A kind is a folder in a stage crate (`crates/source/`, `crates/lake/src/bronze/`, ...) whose
-//! options type implements [`ConnectorKind`] (validate, then build a [`Stage`]), one line in
+//! options type implements [`ConnectorKind`] (validate into settings, then build a [`Stage`]
+//! from them), one line in
 //! the registry (`src/connectors/registry.rs` in the binary's crate), and a page in
 //! `docs/connectors/`. `mssql-cdc run` loads connector files, builds their stages and runs them
 //! side by side until SIGINT/SIGTERM or the first stage error.
@@ -18,27 +19,33 @@ use tokio_util::sync::CancellationToken;
 use crate::config::problem::Problems;
 use crate::config::WorkerConfig;
 
-/// The options of one connector kind.
+/// The options of one connector kind, as written in its file, and the settings validation
+/// makes of them.
 ///
 /// Implementors must:
 /// - derive `Deserialize` with `#[serde(default, deny_unknown_fields)]` and implement
 ///   `Default`, with required options as `Option`s, so the loader can report every problem in
 ///   one pass (a removed bad key must never cause a second error);
 /// - document every field with its unit and default;
-/// - check everything else in [`ConnectorKind::validate`], which is pure: no network, no
-///   files, no clock.
+/// - turn the options into [`ConnectorKind::Settings`] in [`ConnectorKind::validate`], which is
+///   pure (no network, no files, no clock): required values present, parsed values as enums
+///   and typed values, defaults applied; the stage is built from the settings alone.
 pub trait ConnectorKind: DeserializeOwned + Debug + Default {
     /// The `kind` value that selects this type in a connector file.
     const KIND: &'static str;
     /// One line describing the kind.
     const SUMMARY: &'static str;
+    /// What validation yields: every value the stage needs, checked and typed.
+    type Settings: Clone + Debug + Send + Sync + 'static;
 
-    /// Pushes every problem found, with keys relative to the file's root.
-    fn validate(&self, problems: &mut Problems);
+    /// Pushes every problem found, with keys relative to the file's root, and returns the
+    /// settings when the options make them. `Some` does not mean no problem was pushed (a
+    /// value may be usable yet out of bounds): the loader accepts a file only without problems.
+    fn validate(self, problems: &mut Problems) -> Option<Self::Settings>;
 
-    /// Builds the runnable stage from validated options. It may read secrets; it must not
+    /// Builds the runnable stage from validated settings. It may read secrets; it must not
     /// touch the network (connections are the stage's, at run time, with its retries).
-    fn build(self, context: &StageContext) -> Result<Box<dyn Stage>, StageError>;
+    fn build(settings: Self::Settings, context: &StageContext) -> Result<Box<dyn Stage>, StageError>;
 }
 
 /// What every stage is built with.

@@ -1,5 +1,5 @@
-//! [`BronzeOptions`]: the options of a `delta-bronze` connector file.
-
+//! [`BronzeOptions`]: the options of a `delta-bronze` connector file, and the
+//! [`BronzeSettings`] validation makes of them.
 
 use serde::{Deserialize, Serialize};
 
@@ -7,9 +7,9 @@ use mssql_cdc_core::config::problem::Problems;
 use crate::delta::location::check_location;
 use crate::delta::storage::StorageOptions;
 use mssql_cdc_core::kafka::config::Properties;
-use mssql_cdc_core::log::format::{validate_format, RecordFormat, SchemaRegistryConfig};
-use mssql_cdc_core::log::topic::check_topic;
-use mssql_cdc_core::stage::ConnectorKind;
+use mssql_cdc_core::log::format::{validate_format, Encoding, RecordFormat, SchemaRegistryConfig};
+use mssql_cdc_core::log::topic::{check_topic, control_topic_for};
+use mssql_cdc_core::stage::{ConnectorKind, Stage, StageContext, StageError};
 
 /// Options of `delta-bronze`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -62,32 +62,88 @@ pub enum Tolerance {
     All,
 }
 
+/// The validated settings of a `delta-bronze` connector: what the sink is built from.
+#[derive(Clone, Debug)]
+pub struct BronzeSettings {
+    /// The data topic.
+    pub topic: String,
+    /// Its control topic (defaulted to `<topic>.control`).
+    pub control_topic: String,
+    /// The bronze table's location.
+    pub target: String,
+    /// The writer's identity in the Delta `txn` actions.
+    pub app_id: String,
+    /// The facts table's location, if facts are written.
+    pub facts_table: Option<String>,
+    /// Object-store settings of both tables.
+    pub storage_options: StorageOptions,
+    /// Encoding of data records, with the registry for Avro.
+    pub encoding: Encoding,
+    /// librdkafka consumer properties passed through.
+    pub consumer_properties: Properties,
+    /// What happens to a record that cannot be decoded.
+    pub bad_records: BadRecords,
+}
+
+/// What happens to a record that cannot be decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BadRecords {
+    /// The sink stops, naming topic, partition and offset.
+    Stop,
+    /// The record goes to this dead-letter topic and the sink goes on.
+    DeadLetter(String),
+}
+
 impl ConnectorKind for BronzeOptions {
     const KIND: &'static str = "delta-bronze";
     const SUMMARY: &'static str = "Kafka to a bronze Delta table and the facts table, exactly once";
+    type Settings = BronzeSettings;
 
-    fn build(self, context: &mssql_cdc_core::stage::StageContext) -> Result<Box<dyn mssql_cdc_core::stage::Stage>, mssql_cdc_core::stage::StageError> {
-        Ok(Box::new(super::BronzeSink::new(self, context)))
+    fn build(settings: BronzeSettings, context: &StageContext) -> Result<Box<dyn Stage>, StageError> {
+        Ok(Box::new(super::BronzeSink::new(settings, context)))
     }
 
-    fn validate(&self, problems: &mut Problems) {
-        check_topic(problems, "topic", self.topic.as_deref(), true);
-        check_topic(problems, "control_topic", self.control_topic.as_deref(), false);
-        check_topic(problems, "errors.dead_letter_topic", self.errors.dead_letter_topic.as_deref(), false);
-        check_location(problems, "target", self.target.as_deref(), true);
-        check_location(problems, "facts_table", self.facts_table.as_deref(), false);
+    fn validate(self, problems: &mut Problems) -> Option<BronzeSettings> {
+        let topic = check_topic(problems, "topic", self.topic.as_deref(), true);
+        let control_topic = check_topic(problems, "control_topic", self.control_topic.as_deref(), false);
+        let dead_letter_topic = check_topic(problems, "errors.dead_letter_topic", self.errors.dead_letter_topic.as_deref(), false);
+        let target = check_location(problems, "target", self.target.as_deref(), true);
+        let facts_table = check_location(problems, "facts_table", self.facts_table.as_deref(), false);
         self.storage_options.validate(problems, "storage_options");
-        match &self.app_id {
-            None => problems.missing("app_id", "a stable writer id such as \"orders-bronze-v1\""),
-            Some(app_id) if app_id.trim().is_empty() || app_id.contains('#') => {
-                problems.invalid("app_id", "not an app id", "a non-empty string without '#'")
+        let app_id = match self.app_id {
+            None => {
+                problems.missing("app_id", "a stable writer id such as \"orders-bronze-v1\"");
+                None
             }
-            Some(_) => {}
-        }
-        validate_format(self.format, self.schema_registry.as_ref(), problems);
-        if self.errors.tolerance == Tolerance::All && self.errors.dead_letter_topic.is_none() {
-            problems.missing("errors.dead_letter_topic", "a topic for undecodable records, since errors.tolerance = \"all\"");
-        }
+            Some(app_id) if app_id.trim().is_empty() || app_id.contains('#') => {
+                problems.invalid("app_id", "not an app id", "a non-empty string without '#'");
+                None
+            }
+            Some(app_id) => Some(app_id),
+        };
+        let encoding = validate_format(self.format, self.schema_registry.as_ref(), problems);
+        let bad_records = match (self.errors.tolerance, dead_letter_topic) {
+            (Tolerance::None, _) => Some(BadRecords::Stop),
+            (Tolerance::All, Some(topic)) => Some(BadRecords::DeadLetter(topic)),
+            (Tolerance::All, None) => {
+                if self.errors.dead_letter_topic.is_none() {
+                    problems.missing("errors.dead_letter_topic", "a topic for undecodable records, since errors.tolerance = \"all\"");
+                }
+                None
+            }
+        };
+        let topic = topic?;
+        Some(BronzeSettings {
+            control_topic: control_topic.unwrap_or_else(|| control_topic_for(&topic)),
+            topic,
+            target: target?,
+            app_id: app_id?,
+            facts_table,
+            storage_options: self.storage_options,
+            encoding: encoding?,
+            consumer_properties: self.consumer_properties,
+            bad_records: bad_records?,
+        })
     }
 }
 
@@ -105,8 +161,12 @@ mod tests {
             ..BronzeOptions::default()
         };
         let mut problems = Problems::under("");
-        options.validate(&mut problems);
+        assert!(options.clone().validate(&mut problems).is_none());
         let keys: Vec<String> = problems.into_vec().into_iter().map(|problem| problem.key).collect();
         assert_eq!(keys, vec!["errors.dead_letter_topic"]);
+        let tolerant = BronzeOptions { errors: ErrorsConfig { tolerance: Tolerance::All, dead_letter_topic: Some("dlq".into()) }, ..options };
+        let settings = tolerant.validate(&mut Problems::under("")).unwrap();
+        assert_eq!(settings.bad_records, BadRecords::DeadLetter("dlq".into()));
+        assert_eq!(settings.control_topic, "cdc.db.dbo.orders.control", "the control topic defaults to <topic>.control");
     }
 }

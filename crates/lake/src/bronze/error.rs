@@ -70,9 +70,6 @@ pub enum BronzeError {
     /// A `storage_options` value could not be read (its variable or file is missing).
     #[error("storage_options: {0}")]
     Storage(#[from] mssql_cdc_core::config::secret::SecretError),
-    /// The feed's format cannot be decoded as configured.
-    #[error("cannot decode the feed: {0}")]
-    UnsupportedFormat(String),
 }
 
 impl Retriable for BronzeError {
@@ -83,7 +80,7 @@ impl Retriable for BronzeError {
         match self {
             Self::Kafka(_) => true,
             Self::Delta(error) => error.transient,
-            Self::Undecodable { .. } | Self::BadControl { .. } | Self::MissingRecords { .. } | Self::RewoundFeed { .. } | Self::Gap { .. } | Self::Storage(_) | Self::UnsupportedFormat(_) => false,
+            Self::Undecodable { .. } | Self::BadControl { .. } | Self::MissingRecords { .. } | Self::RewoundFeed { .. } | Self::Gap { .. } | Self::Storage(_) => false,
         }
     }
 }

@@ -23,10 +23,10 @@ use deltalake::DeltaTable;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-pub use config::BronzeOptions;
+pub use config::{BronzeOptions, BronzeSettings};
 pub use error::BronzeError;
 
-use self::config::Tolerance;
+use self::config::BadRecords;
 use self::feed::Feed;
 use crate::fault;
 use crate::delta::storage::Storage;
@@ -34,8 +34,7 @@ use crate::delta::table as delta;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::control::ControlRecord;
 use mssql_cdc_core::log::registry::SchemaRegistry;
-use mssql_cdc_core::log::topic::control_topic_for;
-use mssql_cdc_core::log::RecordFormat;
+use mssql_cdc_core::log::Encoding;
 use crate::facts::{facts_app_id, facts_comments, facts_rows, facts_schema, SinkMetrics};
 use mssql_cdc_core::stage::{Progress, Stage, StageContext, StageError};
 use mssql_cdc_core::telemetry::events::BronzeBatchWritten;
@@ -43,15 +42,15 @@ use mssql_cdc_core::telemetry::events::BronzeBatchWritten;
 /// The `delta-bronze` stage.
 pub struct BronzeSink {
     name: String,
-    options: BronzeOptions,
+    settings: BronzeSettings,
     kafka: KafkaConfig,
     progress: Progress,
 }
 
 impl BronzeSink {
-    /// A sink from validated options.
-    pub fn new(options: BronzeOptions, context: &StageContext) -> Self {
-        Self { name: context.name.clone(), options, kafka: context.worker.kafka.clone(), progress: context.progress.clone() }
+    /// A sink from validated settings.
+    pub fn new(settings: BronzeSettings, context: &StageContext) -> Self {
+        Self { name: context.name.clone(), settings, kafka: context.worker.kafka.clone(), progress: context.progress.clone() }
     }
 }
 
@@ -68,7 +67,7 @@ impl Stage for BronzeSink {
 /// The running sink.
 struct Writer {
     name: String,
-    options: BronzeOptions,
+    options: BronzeSettings,
     target: String,
     app_id: String,
     control_topic: String,
@@ -87,19 +86,18 @@ struct Writer {
 
 impl Writer {
     async fn start(sink: BronzeSink) -> Result<Self, BronzeError> {
-        let options = sink.options;
-        let registry = match (options.format, &options.schema_registry) {
-            (RecordFormat::Avro, Some(config)) => Some(SchemaRegistry::new(config).map_err(|e| BronzeError::Kafka(e.to_string()))?),
-            (RecordFormat::Avro, None) => return Err(BronzeError::UnsupportedFormat("avro without schema_registry".into())),
-            _ => None,
+        let options = sink.settings;
+        let registry = match &options.encoding {
+            Encoding::Avro(registry) => Some(SchemaRegistry::new(registry).map_err(|e| BronzeError::Kafka(e.to_string()))?),
+            Encoding::Json => None,
         };
-        let data_topic = options.topic.clone().unwrap_or_default();
-        let control_topic = options.control_topic.clone().unwrap_or_else(|| control_topic_for(&data_topic));
-        let target = options.target.clone().unwrap_or_default();
-        let app_id = options.app_id.clone().unwrap_or_default();
-        let dead_letter = match options.errors.tolerance {
-            Tolerance::All => options.errors.dead_letter_topic.as_deref(),
-            Tolerance::None => None,
+        let data_topic = options.topic.clone();
+        let control_topic = options.control_topic.clone();
+        let target = options.target.clone();
+        let app_id = options.app_id.clone();
+        let dead_letter = match &options.bad_records {
+            BadRecords::DeadLetter(topic) => Some(topic.as_str()),
+            BadRecords::Stop => None,
         };
         let feed = Feed::new(&sink.kafka, &options.consumer_properties, &app_id, &data_topic, &control_topic, dead_letter)?;
         feed.ensure_dead_letter_topic(&sink.kafka).await?;
@@ -255,11 +253,11 @@ impl Writer {
         let mut decoded = records::decode_json(&control.schema, &records, control.batch_id, &control.from_lsn.to_string(), &control.to_lsn.to_string());
         decoded.bad.append(&mut unreadable);
         for (record, reason) in &decoded.bad {
-            match self.options.errors.tolerance {
-                Tolerance::None => {
+            match &self.options.bad_records {
+                BadRecords::Stop => {
                     return Err(BronzeError::Undecodable { topic: self.data_topic.clone(), partition: record.partition, offset: record.offset, reason: reason.clone() });
                 }
-                Tolerance::All => {
+                BadRecords::DeadLetter(_) => {
                     self.feed.dead_letter(record, reason)?;
                     tracing::warn!(connector = %self.name, topic = %self.data_topic, partition = record.partition, offset = record.offset, reason = %reason, "record dead-lettered");
                     sink.warnings.push(format!("{}/{} offset {}: dead-lettered: {reason}", self.data_topic, record.partition, record.offset));

@@ -33,7 +33,9 @@ impl DeltaError {
 /// table, bad credentials, a schema mismatch or bad data are not.
 pub fn is_transient(error: &(dyn Error + 'static)) -> bool {
     let mut next = Some(error);
+    let mut innermost = error;
     while let Some(error) = next {
+        innermost = error;
         if let Some(store) = error.downcast_ref::<ObjectStoreError>() {
             return object_store_is_transient(store);
         }
@@ -60,7 +62,10 @@ pub fn is_transient(error: &(dyn Error + 'static)) -> bool {
         }
         next = error.source();
     }
-    false
+    // No typed cause decided it. DataFusion and Parquet keep some object-store failures only
+    // as the text of their innermost error (`ParquetError::General("Failed to fetch metadata
+    // ...: Object Store error: ...")`), so that text is classified last.
+    stringified_store_failure(&innermost.to_string())
 }
 
 /// Some delta-rs paths (listing the log, for one) turn an object-store error into text before
@@ -93,6 +98,9 @@ fn object_store_is_transient(error: &ObjectStoreError) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use deltalake::datafusion::error::DataFusionError;
+    use deltalake::parquet;
+
     use super::*;
 
     /// Invariant: a store that cannot be reached is transient wherever it sits in the chain;
@@ -127,6 +135,11 @@ mod tests {
         assert!(DeltaError::new("s3://b/t", footer).transient);
         let external = DeltaTableError::Generic("Parquet error: External: Generic S3 error: Error performing GET http://h/x.parquet - HTTP error: error sending request".into());
         assert!(DeltaError::new("s3://b/t", external).transient);
+        let metadata = parquet::errors::ParquetError::General("Failed to fetch metadata for file t/x.parquet: Object Store error: Generic S3 error: Error performing GET http://h/t/x.parquet in 21s, after 10 retries - HTTP error: error sending request".into());
+        let query = super::super::query::QueryFailed { sql: "SELECT 1".into(), cause: DataFusionError::ParquetError(Box::new(metadata)) };
+        assert!(DeltaError::new("s3://b/t", query).transient, "a footer read through DataFusion during an outage");
+        let plan = super::super::query::QueryFailed { sql: "SELECT nope".into(), cause: DataFusionError::Plan("no column nope".into()) };
+        assert!(!DeltaError::new("s3://b/t", plan).transient);
         let missing = DeltaTableError::Generic("Error interacting with object store: Object at location t/x not found".into());
         assert!(!DeltaError::new("s3://b/t", missing).transient);
     }

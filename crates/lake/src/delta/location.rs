@@ -30,13 +30,16 @@ pub fn normalized(location: &str) -> String {
     url.trim_end_matches('/').to_owned()
 }
 
-/// Checks an optional table location option: missing (when required) or malformed.
-pub fn check_location(problems: &mut Problems, key: &str, location: Option<&str>, required: bool) {
+/// Checks an optional table location option (missing when required, or malformed) and yields
+/// the location when it is present and valid.
+pub fn check_location(problems: &mut Problems, key: &str, location: Option<&str>, required: bool) -> Option<String> {
     match location {
         None if required => problems.missing(key, TABLE_FORM),
         Some(location) if !is_valid_table_location(location) => problems.invalid(key, "not a table location", TABLE_FORM),
-        _ => {}
+        Some(location) => return Some(location.to_owned()),
+        None => {}
     }
+    None
 }
 
 #[cfg(test)]

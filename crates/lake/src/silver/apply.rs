@@ -23,7 +23,7 @@ use deltalake::operations::write::SchemaMode;
 use deltalake::protocol::SaveMode;
 use deltalake::DeltaTable;
 
-use super::config::{Granularity, SilverOptions};
+use super::config::{Granularity, SilverSettings};
 use super::control::{self, ControlRow};
 use super::error::SilverError;
 use super::fold::{fold, silver_schema, FoldCounts, DELETE};
@@ -92,13 +92,13 @@ pub struct Applier {
 impl Applier {
     /// Opens the tables and reads the position back from silver's and the control table's
     /// `txn` versions.
-    pub async fn open(options: &SilverOptions, storage: Storage) -> Result<Self, SilverError> {
-        let bronze_location = options.bronze.clone().unwrap_or_default();
-        let silver_location = options.target.clone().unwrap_or_default();
-        let app_id = options.app_id.clone().unwrap_or_default();
-        let facts_location = options.facts_table.clone().unwrap_or_default();
+    pub async fn open(options: &SilverSettings, storage: Storage) -> Result<Self, SilverError> {
+        let bronze_location = options.bronze.clone();
+        let silver_location = options.target.clone();
+        let app_id = options.app_id.clone();
+        let facts_location = options.facts_table.clone();
         let facts = delta::open(&facts_location, &storage).await?.ok_or_else(|| SilverError::NoFacts { facts: facts_location.clone() })?;
-        let control = control::open_or_create(options.control_table.as_deref().unwrap_or_default(), &storage).await?;
+        let control = control::open_or_create(&options.control_table, &storage).await?;
         let silver = delta::open(&silver_location, &storage).await?;
         let silver_batch = match &silver {
             Some(table) => delta::txn_version(table, &app_id).await?.unwrap_or(-1),
@@ -126,7 +126,7 @@ impl Applier {
             bronze: None,
             silver_batch,
             row,
-            max_batches: options.max_batches_per_apply as i64,
+            max_batches: options.max_batches_per_apply,
             warned_other_target: std::sync::atomic::AtomicBool::new(false),
             connector: "apply".to_owned(),
         })

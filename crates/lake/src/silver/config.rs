@@ -1,11 +1,14 @@
-//! [`SilverOptions`]: the options of a `delta-silver` connector file.
+//! [`SilverOptions`]: the options of a `delta-silver` connector file, and the
+//! [`SilverSettings`] validation makes of them.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use mssql_cdc_core::config::problem::Problems;
 use crate::delta::location::check_location;
 use crate::delta::storage::StorageOptions;
-use mssql_cdc_core::stage::ConnectorKind;
+use mssql_cdc_core::stage::{ConnectorKind, Stage, StageContext, StageError};
 
 /// Options of `delta-silver`.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -64,19 +67,45 @@ pub enum Granularity {
     Day,
 }
 
+/// The validated settings of a `delta-silver` connector: what the stage is built from.
+#[derive(Clone, Debug)]
+pub struct SilverSettings {
+    /// The bronze table's location.
+    pub bronze: String,
+    /// The silver table's location.
+    pub target: String,
+    /// The writer's identity in the Delta `txn` actions.
+    pub app_id: String,
+    /// Key columns (non-empty); `None`: the capture instance's key as the feed records it.
+    pub keys: Option<Vec<String>>,
+    /// The finalization table's location.
+    pub control_table: String,
+    /// The facts table's location.
+    pub facts_table: String,
+    /// Granularity of `finalized_until`.
+    pub granularity: Granularity,
+    /// Most bronze batches one apply step folds into one silver commit (1 to 100000).
+    pub max_batches_per_apply: i64,
+    /// How long to wait when bronze has nothing new.
+    pub poll_interval: Duration,
+    /// Object-store settings of the four tables.
+    pub storage_options: StorageOptions,
+}
+
 impl ConnectorKind for SilverOptions {
     const KIND: &'static str = "delta-silver";
     const SUMMARY: &'static str = "apply_changes from bronze into silver, and the finalized_until verdict";
+    type Settings = SilverSettings;
 
-    fn build(self, context: &mssql_cdc_core::stage::StageContext) -> Result<Box<dyn mssql_cdc_core::stage::Stage>, mssql_cdc_core::stage::StageError> {
-        Ok(Box::new(super::SilverSink::new(self, context)))
+    fn build(settings: SilverSettings, context: &StageContext) -> Result<Box<dyn Stage>, StageError> {
+        Ok(Box::new(super::SilverSink::new(settings, context)))
     }
 
-    fn validate(&self, problems: &mut Problems) {
-        check_location(problems, "bronze", self.bronze.as_deref(), true);
-        check_location(problems, "target", self.target.as_deref(), true);
-        check_location(problems, "control_table", self.control_table.as_deref(), true);
-        check_location(problems, "facts_table", self.facts_table.as_deref(), true);
+    fn validate(self, problems: &mut Problems) -> Option<SilverSettings> {
+        let bronze = check_location(problems, "bronze", self.bronze.as_deref(), true);
+        let target = check_location(problems, "target", self.target.as_deref(), true);
+        let control_table = check_location(problems, "control_table", self.control_table.as_deref(), true);
+        let facts_table = check_location(problems, "facts_table", self.facts_table.as_deref(), true);
         if !(1..=100_000).contains(&self.max_batches_per_apply) {
             problems.invalid("max_batches_per_apply", "out of range", "an integer from 1 to 100000");
         }
@@ -84,12 +113,26 @@ impl ConnectorKind for SilverOptions {
             problems.invalid("poll_interval_ms", "zero", "milliseconds, at least 1");
         }
         self.storage_options.validate(problems, "storage_options");
-        if self.app_id.as_deref().is_none_or(|app_id| app_id.trim().is_empty()) {
+        let app_id = self.app_id.filter(|app_id| !app_id.trim().is_empty());
+        if app_id.is_none() {
             problems.missing("app_id", "a stable writer id such as \"orders-silver-v1\"");
         }
         if let Some(keys) = &self.keys
-            && (keys.is_empty() || keys.iter().any(|key| key.trim().is_empty())) {
-                problems.invalid("keys", "empty", "a list of key column names, or omit it");
-            }
+            && (keys.is_empty() || keys.iter().any(|key| key.trim().is_empty()))
+        {
+            problems.invalid("keys", "empty", "a list of key column names, or omit it");
+        }
+        Some(SilverSettings {
+            bronze: bronze?,
+            target: target?,
+            app_id: app_id?,
+            keys: self.keys,
+            control_table: control_table?,
+            facts_table: facts_table?,
+            granularity: self.granularity,
+            max_batches_per_apply: i64::try_from(self.max_batches_per_apply).ok()?,
+            poll_interval: Duration::from_millis(self.poll_interval_ms),
+            storage_options: self.storage_options,
+        })
     }
 }

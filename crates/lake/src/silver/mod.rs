@@ -13,13 +13,12 @@ pub mod control;
 pub mod error;
 pub mod fold;
 
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use apply::{Applier, StepReport};
-pub use config::SilverOptions;
+pub use config::{SilverOptions, SilverSettings};
 pub use error::SilverError;
 
 use mssql_cdc_core::stage::{Progress, Stage, StageContext, StageError};
@@ -27,13 +26,13 @@ use mssql_cdc_core::stage::{Progress, Stage, StageContext, StageError};
 /// The `delta-silver` stage.
 pub struct SilverSink {
     name: String,
-    options: SilverOptions,
+    options: SilverSettings,
     progress: Progress,
 }
 
 impl SilverSink {
-    /// A stage from validated options.
-    pub fn new(options: SilverOptions, context: &StageContext) -> Self {
+    /// A stage from validated settings.
+    pub fn new(options: SilverSettings, context: &StageContext) -> Self {
         Self { name: context.name.clone(), options, progress: context.progress.clone() }
     }
 }
@@ -47,9 +46,9 @@ impl Stage for SilverSink {
 
 /// Applies batches as bronze grows, until cancelled. Waits for the facts table to appear,
 /// saying so once.
-async fn follow(connector: &str, options: &SilverOptions, progress: &Progress, cancel: &CancellationToken) -> Result<(), SilverError> {
+async fn follow(connector: &str, options: &SilverSettings, progress: &Progress, cancel: &CancellationToken) -> Result<(), SilverError> {
     let storage = options.storage_options.resolve()?;
-    let idle = Duration::from_millis(options.poll_interval_ms);
+    let idle = options.poll_interval;
     let mut waiting = false;
     let mut applier = loop {
         match Applier::open(options, storage.clone()).await {
@@ -82,7 +81,7 @@ async fn follow(connector: &str, options: &SilverOptions, progress: &Progress, c
 }
 
 /// Applies everything bronze holds beyond the position, then returns the summed report.
-pub async fn apply_once(options: &SilverOptions) -> Result<StepReport, SilverError> {
+pub async fn apply_once(options: &SilverSettings) -> Result<StepReport, SilverError> {
     let mut applier = Applier::open(options, options.storage_options.resolve()?).await?;
     let mut total = StepReport { last_batch: applier.row().applied_batch, finalized_until: applier.row().finalized_until, ..StepReport::default() };
     loop {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::MssqlSourceOptions;
+use crate::config::{MssqlSourceSettings, SourceZone, StartingLsn};
 use crate::connection::{Connector, TdsClient};
 use crate::error::SourceError;
 use crate::publish::Publisher;
@@ -19,7 +19,6 @@ use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::registry::SchemaRegistry;
 use mssql_cdc_core::log::schema::TableSchema;
 use mssql_cdc_core::log::topic::control_topic_for;
-use mssql_cdc_core::log::RecordFormat;
 use mssql_cdc_core::stage::retry::{Decision, RetryConfig};
 use mssql_cdc_core::stage::Progress;
 use mssql_cdc_core::telemetry::events::{register_source, SourceSqlRetrying};
@@ -68,7 +67,7 @@ struct Position {
 pub struct Stream {
     connector_name: String,
     wanted: String,
-    options: Arc<MssqlSourceOptions>,
+    options: Arc<MssqlSourceSettings>,
     connector: Connector,
     publisher: Publisher,
     registry: Option<Arc<SchemaRegistry>>,
@@ -80,11 +79,11 @@ impl Stream {
     pub fn new(
         connector_name: &str,
         capture_instance: &str,
-        options: Arc<MssqlSourceOptions>,
+        options: Arc<MssqlSourceSettings>,
         kafka: &KafkaConfig,
         registry: Option<Arc<SchemaRegistry>>,
     ) -> Result<Self, SourceError> {
-        let connector = Connector::new(&options)?;
+        let connector = Connector::new(&options.login)?;
         let publisher = Publisher::new(kafka, &options.producer_properties, &format!("mssql-cdc-{connector_name}-{capture_instance}"))?;
         Ok(Self { connector_name: connector_name.to_owned(), wanted: capture_instance.to_owned(), options, connector, publisher, registry, progress: Progress::default() })
     }
@@ -102,7 +101,7 @@ impl Stream {
         let mut setup: Option<Setup> = None;
         let mut position: Option<Position> = None;
         // The stage's schedule, with `retry_timeout_ms` as the budget of one outage.
-        let schedule = RetryConfig { initial_backoff_ms: 250, max_backoff_ms: 10_000, budget_ms: self.options.retry_timeout_ms };
+        let schedule = RetryConfig { initial_backoff_ms: 250, max_backoff_ms: 10_000, budget_ms: u64::try_from(self.options.retry_timeout.as_millis()).unwrap_or(u64::MAX) };
         loop {
             if cancel.is_cancelled() {
                 return Ok(());
@@ -116,7 +115,7 @@ impl Stream {
                     if matches!(step, Step::Idle) {
                         tokio::select! {
                             _ = cancel.cancelled() => return Ok(()),
-                            _ = tokio::time::sleep(Duration::from_millis(self.options.poll_interval_ms)) => {}
+                            _ = tokio::time::sleep(self.options.poll_interval) => {}
                         }
                     }
                 }
@@ -168,11 +167,11 @@ impl Stream {
         }
         let database = reader::database_name(conn, &self.connector).await?;
         let (schema, select) = reader::table_schema(conn, &self.connector, &instance, &self.options).await?;
-        let prefix = self.options.topic_prefix.as_deref().unwrap_or("cdc");
+        let prefix = &self.options.topic_prefix;
         let data_topic = sanitize_topic(&format!("{prefix}.{database}.{}.{}", instance.source_schema, instance.source_table));
         let control_topic = control_topic_for(&data_topic);
-        let zone = match self.options.source_time_zone.as_str() {
-            "auto" => match reader::current_timezone_id(conn, &self.connector).await? {
+        let zone = match &self.options.source_time_zone {
+            SourceZone::Auto => match reader::current_timezone_id(conn, &self.connector).await? {
                 Some(id) => match ServerZone::parse(&id) {
                     Some(zone) => Some(zone),
                     None => {
@@ -185,16 +184,16 @@ impl Stream {
                     None
                 }
             },
-            name => ServerZone::parse(name),
+            SourceZone::Fixed(zone) => Some(zone.clone()),
         };
         let retention_minutes = reader::retention_minutes(conn, &self.connector).await;
-        self.publisher.ensure_topics(&data_topic, self.options.topic_partitions as i32, &control_topic).await?;
-        let (key_schema_id, value_schema_id) = match (&self.registry, self.options.format) {
-            (Some(registry), RecordFormat::Avro) => (
+        self.publisher.ensure_topics(&data_topic, self.options.topic_partitions, &control_topic).await?;
+        let (key_schema_id, value_schema_id) = match &self.registry {
+            Some(registry) => (
                 Some(registry.register(&format!("{data_topic}-key"), &schema.avro_key(&data_topic)).await?),
                 Some(registry.register(&format!("{data_topic}-value"), &schema.avro_value(&data_topic)).await?),
             ),
-            _ => (None, None),
+            None => (None, None),
         };
         let change_sql = reader::change_query(&instance.name, &select, schema.include_command_id);
         register_source(&self.connector_name, &instance.name);
@@ -220,10 +219,10 @@ impl Stream {
                 }
             }
             None => {
-                let lsn = match self.options.starting_lsn.as_str() {
-                    "earliest" => state.min_lsn.decrement(),
-                    "latest" => state.max_lsn,
-                    text => Lsn::parse_hex(text).unwrap_or(Lsn::ZERO),
+                let lsn = match self.options.starting_lsn {
+                    StartingLsn::Earliest => state.min_lsn.decrement(),
+                    StartingLsn::Latest => state.max_lsn,
+                    StartingLsn::After(lsn) => lsn,
                 };
                 tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, position = %lsn, starting_lsn = %self.options.starting_lsn, "starting a new stream");
                 Position { lsn, next_batch_id: 0, generation: 0, last_published: Instant::now() - Duration::from_secs(86_400), last_commit_ts: None }
