@@ -93,7 +93,8 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
     let (rows, bytes, batches) = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         anyhow::ensure!(!task.is_finished(), "the source stopped early");
-        let totals = tokio::task::block_in_place(|| totals(&kafka, "bench.sales.dbo.orders"))?;
+        let cluster = kafka.clone();
+        let totals = off_runtime(move || totals(&cluster, "bench.sales.dbo.orders")).await?;
         if totals.rows >= expected {
             break (totals.rows, totals.bytes, totals.batches);
         }
@@ -185,31 +186,38 @@ async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs a blocking call (the test kit's Kafka readers) on the blocking pool.
+pub(super) async fn off_runtime<T: Send + 'static, E: Send + 'static>(call: impl FnOnce() -> Result<T, E> + Send + 'static) -> anyhow::Result<T>
+where
+    anyhow::Error: From<E>,
+{
+    Ok(tokio::task::spawn_blocking(call).await??)
+}
+
 /// The records of `topic` read back, then produced again to a fresh topic by a bare rdkafka
 /// producer with the source's settings: (records read, records acked, seconds, bytes).
 pub(super) async fn raw_producer_baseline(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<(u64, u64, f64, usize)> {
-    let records = tokio::task::block_in_place(|| read_topic(kafka, topic))?;
+    let (cluster, read) = (kafka.clone(), topic.to_owned());
+    let records = off_runtime(move || read_topic(&cluster, &read)).await?;
+    let (count, bytes) = (records.len() as u64, records.iter().map(|(k, v)| k.len() + v.len()).sum());
     let raw_topic = format!("{topic}.raw-baseline");
     let raw = Publisher::new(kafka, &Default::default(), "bench-raw")?;
     raw.ensure_topics(&raw_topic, 3, &format!("{raw_topic}.control")).await?;
     let started = Instant::now();
     raw.begin();
-    for (key, value) in &records {
-        raw.send(&raw_topic, key, value)?;
-    }
-    let acked: u64 = raw.finish()?.iter().map(|p| p.records).sum();
+    raw.queue(move |producer| records.iter().try_for_each(|(key, value)| producer.send(&raw_topic, key, value))).await?;
+    let acked: u64 = raw.finish().await?.iter().map(|p| p.records).sum();
     let secs = started.elapsed().as_secs_f64();
-    let bytes: usize = records.iter().map(|(k, v)| k.len() + v.len()).sum();
-    Ok((records.len() as u64, acked, secs, bytes))
+    Ok((count, acked, secs, bytes))
 }
 
 /// The data records of `topic` decoded from JSON into Arrow with the last control record's
 /// schema, then written to one Parquet file in `dir`: (rows, bytes, decode s, write s).
 pub(super) async fn parquet_baseline(kafka: &KafkaConfig, topic: &str, dir: &std::path::Path) -> anyhow::Result<(usize, usize, f64, f64)> {
-    use mssql_cdc_lake::bronze::records::{decode_json, DataRecord};
+    use mssql_cdc_lake::bronze::records::{decode, DataRecord};
 
-    let controls = tokio::task::block_in_place(|| controls(kafka, topic))?;
-    let records = tokio::task::block_in_place(|| read_topic(kafka, topic))?;
+    let (cluster, read) = (kafka.clone(), topic.to_owned());
+    let (controls, records) = off_runtime(move || anyhow::Ok((controls(&cluster, &read)?, read_topic(&cluster, &read)?))).await?;
     let bytes: usize = records.iter().map(|(_, v)| v.len()).sum();
     let rows = records.len();
     let schema = &controls.iter().rev().find(|c| c.rows > 0).or(controls.last()).ok_or_else(|| anyhow::anyhow!("no control records"))?.schema;
@@ -217,7 +225,7 @@ pub(super) async fn parquet_baseline(kafka: &KafkaConfig, topic: &str, dir: &std
     let data: Vec<DataRecord> = records.into_iter().enumerate().map(|(i, (_, value))| DataRecord { partition: 0, offset: i as i64, value }).collect();
     let mut arrow_batches = Vec::new();
     for chunk in data.chunks(10_000) {
-        let decoded = decode_json(schema, chunk, 0, "0x", "0xFFFFFFFFFFFFFFFFFFFFF");
+        let decoded = decode(schema, chunk, None, 0, "0x", "0xFFFFFFFFFFFFFFFFFFFFF");
         anyhow::ensure!(decoded.bad.is_empty(), "baseline decode failed: {:?}", decoded.bad.first().map(|b| &b.1));
         arrow_batches.extend(decoded.batch);
     }

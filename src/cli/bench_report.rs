@@ -170,7 +170,10 @@ enum Until<'a> {
 impl Until<'_> {
     async fn reached(&self, kafka: &KafkaConfig) -> anyhow::Result<bool> {
         Ok(match self {
-            Until::Published(rows) => tokio::task::block_in_place(|| totals(kafka, TOPIC))?.rows >= *rows,
+            Until::Published(rows) => {
+                let cluster = kafka.clone();
+                super::bench::off_runtime(move || totals(&cluster, TOPIC)).await?.rows >= *rows
+            }
             Until::Facts { table: location, app, batch } => match table::open(location, &Default::default()).await? {
                 Some(facts) => table::txn_version(&facts, app).await?.unwrap_or(-1) >= *batch,
                 None => false,

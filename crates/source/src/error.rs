@@ -118,6 +118,12 @@ impl SourceError {
     }
 }
 
+impl From<mssql_cdc_core::kafka::blocking::Interrupted> for SourceError {
+    fn from(error: mssql_cdc_core::kafka::blocking::Interrupted) -> Self {
+        Self::Kafka(error.to_string())
+    }
+}
+
 impl Retriable for SourceError {
     /// Kafka failures and an unreachable schema registry are retried. SQL Server's transient
     /// errors are retried by the stream itself on a new connection for up to

@@ -14,6 +14,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::error::SourceError;
 use mssql_cdc_core::kafka::admin;
+use mssql_cdc_core::kafka::blocking::off_runtime;
 use mssql_cdc_core::kafka::config::Properties;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
@@ -54,12 +55,59 @@ impl ProducerContext for AckContext {
     }
 }
 
-/// Publishes one stream's records.
+/// Publishes one stream's records. Its waiting methods are `async`: each blocking librdkafka
+/// call (a flush, a full queue, the resume read) runs on the blocking pool ([`off_runtime`]).
 pub struct Publisher {
+    producer: Arc<Producing>,
+    cluster: KafkaConfig,
+}
+
+impl Publisher {
+    /// An idempotent producer (`acks=all`, `enable.idempotence=true`), keyed records spread by
+    /// the Java client's murmur2 partitioner so per-key order holds across clients.
+    pub fn new(cluster: &KafkaConfig, properties: &Properties, client_id: &str) -> Result<Self, SourceError> {
+        Ok(Self { producer: Arc::new(Producing::new(cluster, properties, client_id)?), cluster: cluster.clone() })
+    }
+
+    /// Creates the data topic (`partitions`) and the control topic (one partition) if missing.
+    pub async fn ensure_topics(&self, data: &str, partitions: i32, control: &str) -> Result<(), SourceError> {
+        admin::ensure_topics(&self.cluster, &[(data, partitions), (control, 1)]).await.map_err(kafka)
+    }
+
+    /// Starts a new set of records: forgets earlier acknowledgements.
+    pub fn begin(&self) {
+        self.producer.begin();
+    }
+
+    /// Runs `queue` (which encodes records and [`Producing::send`]s them) on the blocking pool.
+    pub async fn queue<R: Send + 'static>(&self, queue: impl FnOnce(&Producing) -> Result<R, SourceError> + Send + 'static) -> Result<R, SourceError> {
+        off_runtime(&self.producer, queue).await
+    }
+
+    /// Waits until every queued record is acknowledged and returns where they landed; any
+    /// failed delivery fails the whole set.
+    pub async fn finish(&self) -> Result<Vec<PartitionRange>, SourceError> {
+        off_runtime(&self.producer, Producing::finish).await
+    }
+
+    /// Writes a control record and waits for its acknowledgement; returns its offset.
+    pub async fn send_control(&self, topic: &str, record: &ControlRecord) -> Result<i64, SourceError> {
+        let (topic, record) = (topic.to_owned(), record.clone());
+        off_runtime(&self.producer, move |producer| producer.send_control(&topic, &record)).await
+    }
+
+    /// The last record of the control topic, if any.
+    pub async fn last_control(&self, topic: &str) -> Result<Option<ControlRecord>, SourceError> {
+        let topic = topic.to_owned();
+        off_runtime(&self.producer, move |producer| producer.last_control(&topic)).await
+    }
+}
+
+/// The producer's librdkafka handle and the acknowledgements it collects; its methods block.
+pub struct Producing {
     producer: ThreadedProducer<AckContext>,
     acks: Arc<Mutex<Acks>>,
     client: ClientConfig,
-    cluster: KafkaConfig,
     flush_timeout: Duration,
 }
 
@@ -67,10 +115,8 @@ fn kafka(error: impl std::fmt::Display) -> SourceError {
     SourceError::Kafka(error.to_string())
 }
 
-impl Publisher {
-    /// An idempotent producer (`acks=all`, `enable.idempotence=true`), keyed records spread by
-    /// the Java client's murmur2 partitioner so per-key order holds across clients.
-    pub fn new(cluster: &KafkaConfig, properties: &Properties, client_id: &str) -> Result<Self, SourceError> {
+impl Producing {
+    fn new(cluster: &KafkaConfig, properties: &Properties, client_id: &str) -> Result<Self, SourceError> {
         let client = cluster.client_config().map_err(kafka)?;
         let mut config = client.clone();
         config
@@ -87,16 +133,10 @@ impl Publisher {
         config.set("enable.idempotence", "true").set("acks", "all");
         let acks = Arc::new(Mutex::new(Acks::default()));
         let producer = config.create_with_context(AckContext { acks: acks.clone() }).map_err(kafka)?;
-        Ok(Self { producer, acks, client, cluster: cluster.clone(), flush_timeout: Duration::from_secs(120) })
+        Ok(Self { producer, acks, client, flush_timeout: Duration::from_secs(120) })
     }
 
-    /// Creates the data topic (`partitions`) and the control topic (one partition) if missing.
-    pub async fn ensure_topics(&self, data: &str, partitions: i32, control: &str) -> Result<(), SourceError> {
-        admin::ensure_topics(&self.cluster, &[(data, partitions), (control, 1)]).await.map_err(kafka)
-    }
-
-    /// Starts a new set of records: forgets earlier acknowledgements.
-    pub fn begin(&self) {
+    fn begin(&self) {
         *self.acks.lock().unwrap_or_else(|e| e.into_inner()) = Acks::default();
     }
 
@@ -115,9 +155,7 @@ impl Publisher {
         }
     }
 
-    /// Waits until every queued record is acknowledged and returns where they landed; any
-    /// failed delivery fails the whole set.
-    pub fn finish(&self) -> Result<Vec<PartitionRange>, SourceError> {
+    fn finish(&self) -> Result<Vec<PartitionRange>, SourceError> {
         self.producer.flush(self.flush_timeout).map_err(|e| SourceError::Kafka(format!("records not acknowledged: {e}")))?;
         let acks = std::mem::take(&mut *self.acks.lock().unwrap_or_else(|e| e.into_inner()));
         if !acks.errors.is_empty() {
@@ -126,8 +164,7 @@ impl Publisher {
         Ok(acks.partitions.into_values().collect())
     }
 
-    /// Writes a control record and waits for its acknowledgement; returns its offset.
-    pub fn send_control(&self, topic: &str, record: &ControlRecord) -> Result<i64, SourceError> {
+    fn send_control(&self, topic: &str, record: &ControlRecord) -> Result<i64, SourceError> {
         self.begin();
         let value = serde_json::to_vec(record).map_err(kafka)?;
         self.send(topic, record.capture_instance.as_bytes(), &value)?;
@@ -135,8 +172,7 @@ impl Publisher {
         ranges.first().map(|r| r.last_offset).ok_or_else(|| SourceError::Kafka(format!("control record to `{topic}` not acknowledged")))
     }
 
-    /// The last record of the control topic, if any (blocking; run it off the async threads).
-    pub fn last_control(&self, topic: &str) -> Result<Option<ControlRecord>, SourceError> {
+    fn last_control(&self, topic: &str) -> Result<Option<ControlRecord>, SourceError> {
         let mut config = self.client.clone();
         config
             .set("group.id", format!("mssql-cdc-source-resume-{}", uuid::Uuid::new_v4()))

@@ -257,28 +257,35 @@ pub fn change_query(instance: &str, select: &[String], include_command_id: bool)
     )
 }
 
-/// Streams the change rows of `(from, to]`, calling `each` per row with its CDC columns and
-/// the captured values. Returns the rows read.
-pub async fn read_changes<F>(
-    client: &mut TdsClient,
-    connector: &Connector,
+/// Starts reading the change rows of `(from, to]`: each comes with its CDC columns and the
+/// captured values.
+pub async fn read_changes<'a>(
+    client: &'a mut TdsClient,
+    connector: &'a Connector,
     sql: &str,
     from: Lsn,
     to: Lsn,
     include_command_id: bool,
-    mut each: F,
-) -> Result<u64, SourceError>
-where
-    F: FnMut(ChangeRow) -> Result<(), SourceError>,
-{
+) -> Result<ChangeRows<'a>, SourceError> {
     let (from, to) = (from.0.to_vec(), to.0.to_vec());
     let stream = client.query(sql, &[&from, &to]).await.map_err(|e| connector.error(e))?;
-    let mut rows = stream.into_row_stream();
-    let mut count = 0u64;
-    let bad = |what: &str| SourceError::Sql { message: format!("change row without a valid {what}"), code: None, transient: false };
-    while let Some(row) = rows.try_next().await.map_err(|e| connector.error(e))? {
+    Ok(ChangeRows { rows: stream.into_row_stream(), connector, include_command_id })
+}
+
+/// The change rows of one read, pulled one at a time.
+pub struct ChangeRows<'a> {
+    rows: futures::stream::BoxStream<'a, tiberius::Result<Row>>,
+    connector: &'a Connector,
+    include_command_id: bool,
+}
+
+impl ChangeRows<'_> {
+    /// The next change row; `None` after the last.
+    pub async fn next(&mut self) -> Result<Option<ChangeRow>, SourceError> {
+        let Some(row) = self.rows.try_next().await.map_err(|e| self.connector.error(e))? else { return Ok(None) };
+        let bad = |what: &str| SourceError::Sql { message: format!("change row without a valid {what}"), code: None, transient: false };
         let mut values: Vec<ColumnData<'static>> = row.into_iter().collect();
-        let captured = values.split_off(if include_command_id { 4 } else { 3 });
+        let captured = values.split_off(if self.include_command_id { 4 } else { 3 });
         let mut meta = values.into_iter();
         let start_lsn = match meta.next() {
             Some(ColumnData::Binary(Some(bytes))) => Lsn::from_bytes(&bytes).ok_or_else(|| bad("__$start_lsn"))?,
@@ -297,10 +304,8 @@ where
             Some(ColumnData::I32(id)) => id,
             _ => None,
         };
-        each(ChangeRow { at: ChangeCoordinates { start_lsn, seqval, operation }, command_id, values: captured })?;
-        count += 1;
+        Ok(Some(ChangeRow { at: ChangeCoordinates { start_lsn, seqval, operation }, command_id, values: captured }))
     }
-    Ok(count)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! contract) live in `crate::log`, added with the stages that write and read them.
 
 pub mod admin;
+pub mod blocking;
 pub mod client;
 pub mod config;
 

@@ -6,6 +6,7 @@
 //! field and encoding.
 
 pub mod control;
+pub mod decode;
 pub mod encode;
 pub mod format;
 pub mod registry;

@@ -72,6 +72,12 @@ pub enum BronzeError {
     Storage(#[from] mssql_cdc_core::config::secret::SecretError),
 }
 
+impl From<mssql_cdc_core::kafka::blocking::Interrupted> for BronzeError {
+    fn from(error: mssql_cdc_core::kafka::blocking::Interrupted) -> Self {
+        Self::Kafka(error.to_string())
+    }
+}
+
 impl Retriable for BronzeError {
     /// Kafka failures (a broker unreachable or restarting, a topic not created yet, a fetch
     /// timing out) and transient Delta failures are retried; bad data, a rewound or gapped

@@ -4,6 +4,7 @@
 //! checkpoint).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::error::BronzeError;
 use super::records::DataRecord;
 use mssql_cdc_core::kafka::config::Properties;
+use mssql_cdc_core::kafka::blocking::off_runtime;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
 
@@ -28,8 +30,14 @@ fn kafka(error: impl std::fmt::Display) -> BronzeError {
     BronzeError::Kafka(error.to_string())
 }
 
-/// Consumers of one feed.
+/// Consumers of one feed. Its methods are `async`: each blocking librdkafka call runs on the
+/// blocking pool ([`off_runtime`]).
 pub struct Feed {
+    clients: Arc<Clients>,
+}
+
+/// The librdkafka handles, with the blocking calls on them.
+struct Clients {
     control: BaseConsumer,
     data: BaseConsumer,
     dead_letters: Option<(ThreadedProducer<DefaultProducerContext>, String)>,
@@ -40,6 +48,96 @@ pub struct Feed {
 impl Feed {
     /// Consumers in group `app_id` (committed offsets only inform lag tools).
     pub fn new(
+        cluster: &KafkaConfig,
+        properties: &Properties,
+        app_id: &str,
+        data_topic: &str,
+        control_topic: &str,
+        dead_letter_topic: Option<&str>,
+    ) -> Result<Self, BronzeError> {
+        let clients = Clients::new(cluster, properties, app_id, data_topic, control_topic, dead_letter_topic)?;
+        Ok(Self { clients: Arc::new(clients) })
+    }
+
+    /// Creates the dead-letter topic (one partition) if it is missing, as Kafka Connect does.
+    pub async fn ensure_dead_letter_topic(&self, cluster: &KafkaConfig) -> Result<(), BronzeError> {
+        let Some((_, topic)) = &self.clients.dead_letters else { return Ok(()) };
+        mssql_cdc_core::kafka::admin::ensure_topics(cluster, &[(topic, 1)]).await.map_err(kafka)
+    }
+
+    /// Waits until the control and data topics exist: compose and Kubernetes start services in
+    /// any order, and the source creates the topics on its first run. Logs once while it
+    /// waits. Returns `false` when cancelled first; a broker that cannot be reached is an
+    /// error (a transient one: the stage is started again).
+    pub async fn wait_for_topics(&self, cancel: &CancellationToken) -> Result<bool, BronzeError> {
+        let mut logged = false;
+        loop {
+            if off_runtime(&self.clients, Clients::topics_exist).await? {
+                return Ok(true);
+            }
+            if !logged {
+                let (control_topic, data_topic) = (&self.clients.control_topic, &self.clients.data_topic);
+                tracing::info!(control_topic = %control_topic, data_topic = %data_topic, "waiting for the feed's topics (the source creates them on its first run)");
+                logged = true;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(false),
+                _ = tokio::time::sleep(TOPIC_POLL) => {}
+            }
+        }
+    }
+
+    /// The batch id of the control topic's last record, if any.
+    pub async fn last_batch_id(&self) -> Result<Option<u64>, BronzeError> {
+        off_runtime(&self.clients, Clients::last_batch_id).await
+    }
+
+    /// The offset committed for the control topic, if any (where to look first).
+    pub async fn committed(&self) -> Option<i64> {
+        off_runtime(&self.clients, |clients| Ok::<_, BronzeError>(clients.committed())).await.ok().flatten()
+    }
+
+    /// Follows the control topic from `offset` (no network wait: librdkafka assigns locally).
+    pub fn assign_control(&self, offset: i64) -> Result<(), BronzeError> {
+        self.clients.assign_control(offset)
+    }
+
+    /// The next control record, if one arrives within `timeout`. A record that is not a
+    /// control record stops the sink, naming its offset.
+    pub async fn next_control(&self, timeout: Duration) -> Result<Option<(i64, ControlRecord)>, BronzeError> {
+        off_runtime(&self.clients, move |clients| clients.next_control(timeout)).await
+    }
+
+    /// Exactly the records of `ranges`, in partition and offset order.
+    pub async fn read_ranges(&self, ranges: &[PartitionRange]) -> Result<Vec<DataRecord>, BronzeError> {
+        let ranges = ranges.to_vec();
+        off_runtime(&self.clients, move |clients| clients.read_ranges(&ranges)).await
+    }
+
+    /// Queues an undecodable record for the dead-letter topic with Kafka Connect's error
+    /// headers (no wait; [`Feed::flush_dead_letters`] waits for them).
+    pub fn dead_letter(&self, record: &DataRecord, reason: &str) -> Result<(), BronzeError> {
+        self.clients.dead_letter(record, reason)
+    }
+
+    /// Waits for dead-lettered records to be acknowledged.
+    pub async fn flush_dead_letters(&self) -> Result<(), BronzeError> {
+        off_runtime(&self.clients, Clients::flush_dead_letters).await
+    }
+
+    /// Records progress in the consumer group: the next control offset to read (no wait).
+    pub fn commit(&self, next_offset: i64) {
+        self.clients.commit(next_offset);
+    }
+
+    /// Records behind the end of the control topic, from `offset`.
+    pub async fn behind(&self, next_offset: i64) -> Option<i64> {
+        off_runtime(&self.clients, move |clients| Ok::<_, BronzeError>(clients.behind(next_offset))).await.ok().flatten()
+    }
+}
+
+impl Clients {
+    fn new(
         cluster: &KafkaConfig,
         properties: &Properties,
         app_id: &str,
@@ -77,37 +175,15 @@ impl Feed {
         Ok(Self { control, data, dead_letters, control_topic: control_topic.to_owned(), data_topic: data_topic.to_owned() })
     }
 
-    /// Creates the dead-letter topic (one partition) if it is missing, as Kafka Connect does.
-    pub async fn ensure_dead_letter_topic(&self, cluster: &KafkaConfig) -> Result<(), BronzeError> {
-        let Some((_, topic)) = &self.dead_letters else { return Ok(()) };
-        mssql_cdc_core::kafka::admin::ensure_topics(cluster, &[(topic, 1)]).await.map_err(kafka)
-    }
-
-    /// Waits until the control and data topics exist: compose and Kubernetes start services in
-    /// any order, and the source creates the topics on its first run. Logs once while it
-    /// waits. Returns `false` when cancelled first; a broker that cannot be reached is an
-    /// error (a transient one: the stage is started again).
-    pub fn wait_for_topics(&self, cancel: &CancellationToken) -> Result<bool, BronzeError> {
-        let mut logged = false;
-        loop {
-            let metadata = self.control.fetch_metadata(None, Duration::from_secs(10)).map_err(kafka)?;
-            let exists = |name: &str| metadata.topics().iter().any(|topic| topic.name() == name && topic.error().is_none() && !topic.partitions().is_empty());
-            if exists(&self.control_topic) && exists(&self.data_topic) {
-                return Ok(true);
-            }
-            if !logged {
-                tracing::info!(control_topic = %self.control_topic, data_topic = %self.data_topic, "waiting for the feed's topics (the source creates them on its first run)");
-                logged = true;
-            }
-            if cancel.is_cancelled() {
-                return Ok(false);
-            }
-            std::thread::sleep(TOPIC_POLL);
-        }
+    /// Whether the control and data topics both exist with partitions.
+    fn topics_exist(&self) -> Result<bool, BronzeError> {
+        let metadata = self.control.fetch_metadata(None, Duration::from_secs(10)).map_err(kafka)?;
+        let exists = |name: &str| metadata.topics().iter().any(|topic| topic.name() == name && topic.error().is_none() && !topic.partitions().is_empty());
+        Ok(exists(&self.control_topic) && exists(&self.data_topic))
     }
 
     /// The batch id of the control topic's last record, if any.
-    pub fn last_batch_id(&self) -> Result<Option<u64>, BronzeError> {
+    fn last_batch_id(&self) -> Result<Option<u64>, BronzeError> {
         let (low, high) = self.control.fetch_watermarks(&self.control_topic, 0, Duration::from_secs(30)).map_err(kafka)?;
         if high <= low {
             return Ok(None);
@@ -124,7 +200,7 @@ impl Feed {
     }
 
     /// The offset committed for the control topic, if any (where to look first).
-    pub fn committed(&self) -> Option<i64> {
+    fn committed(&self) -> Option<i64> {
         let mut list = TopicPartitionList::new();
         list.add_partition(&self.control_topic, 0);
         let committed = self.control.committed_offsets(list, Duration::from_secs(10)).ok()?;
@@ -135,7 +211,7 @@ impl Feed {
     }
 
     /// Follows the control topic from `offset`.
-    pub fn assign_control(&self, offset: i64) -> Result<(), BronzeError> {
+    fn assign_control(&self, offset: i64) -> Result<(), BronzeError> {
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&self.control_topic, 0, Offset::Offset(offset)).map_err(kafka)?;
         self.control.assign(&list).map_err(kafka)
@@ -143,7 +219,7 @@ impl Feed {
 
     /// The next control record, if one arrives within `timeout`. A record that is not a
     /// control record stops the sink, naming its offset.
-    pub fn next_control(&self, timeout: Duration) -> Result<Option<(i64, ControlRecord)>, BronzeError> {
+    fn next_control(&self, timeout: Duration) -> Result<Option<(i64, ControlRecord)>, BronzeError> {
         match self.control.poll(timeout) {
             None => Ok(None),
             Some(Err(KafkaError::PartitionEOF(_))) => Ok(None),
@@ -161,7 +237,7 @@ impl Feed {
     }
 
     /// Exactly the records of `ranges`, in partition and offset order.
-    pub fn read_ranges(&self, ranges: &[PartitionRange]) -> Result<Vec<DataRecord>, BronzeError> {
+    fn read_ranges(&self, ranges: &[PartitionRange]) -> Result<Vec<DataRecord>, BronzeError> {
         let mut list = TopicPartitionList::new();
         let mut wanted: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
         for range in ranges.iter().filter(|r| r.records > 0) {
@@ -209,7 +285,7 @@ impl Feed {
     }
 
     /// Sends an undecodable record to the dead-letter topic with Kafka Connect's error headers.
-    pub fn dead_letter(&self, record: &DataRecord, reason: &str) -> Result<(), BronzeError> {
+    fn dead_letter(&self, record: &DataRecord, reason: &str) -> Result<(), BronzeError> {
         let Some((producer, topic)) = &self.dead_letters else { return Ok(()) };
         let partition = record.partition.to_string();
         let offset = record.offset.to_string();
@@ -222,7 +298,7 @@ impl Feed {
     }
 
     /// Waits for dead-lettered records to be acknowledged.
-    pub fn flush_dead_letters(&self) -> Result<(), BronzeError> {
+    fn flush_dead_letters(&self) -> Result<(), BronzeError> {
         match &self.dead_letters {
             Some((producer, _)) => producer.flush(Duration::from_secs(60)).map_err(kafka),
             None => Ok(()),
@@ -230,7 +306,7 @@ impl Feed {
     }
 
     /// Records progress in the consumer group: the next control offset to read.
-    pub fn commit(&self, next_offset: i64) {
+    fn commit(&self, next_offset: i64) {
         let mut list = TopicPartitionList::new();
         if list.add_partition_offset(&self.control_topic, 0, Offset::Offset(next_offset)).is_ok()
             && let Err(error) = self.control.commit(&list, CommitMode::Async) {
@@ -239,7 +315,7 @@ impl Feed {
     }
 
     /// Records behind the end of the control topic, from `offset`.
-    pub fn behind(&self, next_offset: i64) -> Option<i64> {
+    fn behind(&self, next_offset: i64) -> Option<i64> {
         self.control.fetch_watermarks(&self.control_topic, 0, Duration::from_secs(5)).ok().map(|(_, high)| (high - next_offset).max(0))
     }
 }

@@ -16,6 +16,7 @@ pub mod error;
 pub mod feed;
 pub mod records;
 
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -33,6 +34,7 @@ use crate::delta::storage::Storage;
 use crate::delta::table as delta;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::control::ControlRecord;
+use mssql_cdc_core::log::decode::confluent_schema_id;
 use mssql_cdc_core::log::registry::SchemaRegistry;
 use mssql_cdc_core::log::Encoding;
 use crate::facts::{facts_app_id, facts_comments, facts_rows, facts_schema, SinkMetrics};
@@ -123,10 +125,10 @@ impl Writer {
 
     async fn run(mut self, cancel: CancellationToken) -> Result<(), BronzeError> {
         let written = self.bronze_version.max(self.facts_version);
-        if !tokio::task::block_in_place(|| self.feed.wait_for_topics(&cancel))? {
+        if !self.feed.wait_for_topics(&cancel).await? {
             return Ok(());
         }
-        let last = tokio::task::block_in_place(|| self.feed.last_batch_id())?;
+        let last = self.feed.last_batch_id().await?;
         if written >= 0 && last.is_none_or(|last| (last as i64) < written) {
             return Err(BronzeError::RewoundFeed {
                 app_id: self.app_id.clone(),
@@ -137,7 +139,7 @@ impl Writer {
             });
         }
         let needed = self.bronze_version.min(if self.facts.is_some() { self.facts_version } else { self.bronze_version }) + 1;
-        let hint = self.feed.committed().unwrap_or(0);
+        let hint = self.feed.committed().await.unwrap_or(0);
         self.feed.assign_control(hint)?;
         tracing::info!(connector = %self.name, app_id = %self.app_id, bronze_version = self.bronze_version, facts_version = self.facts_version, control_offset = hint, "bronze sink resuming");
         let mut first = true;
@@ -147,8 +149,7 @@ impl Writer {
             if cancel.is_cancelled() {
                 return Ok(());
             }
-            let feed = &self.feed;
-            let Some((offset, control)) = tokio::task::block_in_place(|| feed.next_control(Duration::from_millis(500)))? else {
+            let Some((offset, control)) = self.feed.next_control(Duration::from_millis(500)).await? else {
                 continue;
             };
             if first {
@@ -176,7 +177,7 @@ impl Writer {
                     rows: sink.rows,
                     dead_lettered: sink.dead_lettered,
                     duration: started.elapsed(),
-                    behind: self.feed.behind(offset + 1),
+                    behind: self.feed.behind(offset + 1).await,
                 }
                 .emit();
             }
@@ -214,14 +215,12 @@ impl Writer {
         Ok(Some(sink))
     }
 
-    /// With Avro, each record rewritten as the JSON the source would have written (records
-    /// that do not decode are returned apart, with the reason); JSON records as they are.
-    async fn as_json(&self, control: &ControlRecord, records: Vec<records::DataRecord>) -> Result<(Vec<records::DataRecord>, Vec<(records::DataRecord, String)>), BronzeError> {
-        let Some(registry) = &self.registry else { return Ok((records, Vec::new())) };
-        let mut ids: Vec<u32> = records.iter().filter(|r| r.value.len() >= 5 && r.value[0] == 0).map(|r| u32::from_be_bytes([r.value[1], r.value[2], r.value[3], r.value[4]])).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let mut schemas = std::collections::HashMap::new();
+    /// With Avro, the writer schema of every schema id among `records` that the registry
+    /// knows (a record naming an unknown id is bad, not a failure); `None` with JSON.
+    async fn writer_schemas(&self, records: &[records::DataRecord]) -> Result<Option<HashMap<u32, apache_avro::Schema>>, BronzeError> {
+        let Some(registry) = &self.registry else { return Ok(None) };
+        let ids: BTreeSet<u32> = records.iter().filter_map(|r| confluent_schema_id(&r.value)).collect();
+        let mut schemas = HashMap::with_capacity(ids.len());
         for id in ids {
             match registry.schema_by_id(id).await {
                 Ok(schema) => {
@@ -231,27 +230,17 @@ impl Writer {
                 Err(error) => return Err(BronzeError::Kafka(format!("schema registry: {error}"))),
             }
         }
-        let mut good = Vec::with_capacity(records.len());
-        let mut bad = Vec::new();
-        for record in records {
-            match records::avro_to_json(&control.schema, &record.value, |id| schemas.get(&id).cloned()) {
-                Ok(value) => good.push(records::DataRecord { value, ..record }),
-                Err(reason) => bad.push((record, reason)),
-            }
-        }
-        Ok((good, bad))
+        Ok(Some(schemas))
     }
 
     /// Reads, decodes and appends a batch's rows; returns what was measured.
     async fn append_data(&mut self, control: &ControlRecord) -> Result<SinkMetrics, BronzeError> {
         let id = control.batch_id as i64;
         let started = Instant::now();
-        let feed = &self.feed;
-        let records = tokio::task::block_in_place(|| feed.read_ranges(&control.partitions))?;
+        let records = self.feed.read_ranges(&control.partitions).await?;
         let mut sink = SinkMetrics { read_ms: started.elapsed().as_millis() as u64, bytes: records.iter().map(|r| r.value.len() as u64).sum(), ..Default::default() };
-        let (records, mut unreadable) = self.as_json(control, records).await?;
-        let mut decoded = records::decode_json(&control.schema, &records, control.batch_id, &control.from_lsn.to_string(), &control.to_lsn.to_string());
-        decoded.bad.append(&mut unreadable);
+        let writers = self.writer_schemas(&records).await?;
+        let decoded = records::decode(&control.schema, &records, writers.as_ref(), control.batch_id, &control.from_lsn.to_string(), &control.to_lsn.to_string());
         for (record, reason) in &decoded.bad {
             match &self.options.bad_records {
                 BadRecords::Stop => {
@@ -266,7 +255,7 @@ impl Writer {
             }
         }
         if !decoded.bad.is_empty() {
-            self.feed.flush_dead_letters()?;
+            self.feed.flush_dead_letters().await?;
         }
         let Some(batch) = decoded.batch else {
             return Ok(sink);

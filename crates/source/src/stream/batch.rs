@@ -9,11 +9,13 @@ use chrono::{DateTime, Utc};
 use super::{Position, Setup, Step, Stream};
 use crate::connection::TdsClient;
 use crate::error::SourceError;
-use crate::reader::{self, ChangeRow, Commit, ServerState};
+use crate::publish::Producing;
+use crate::reader::{self, Commit, ServerState};
 use crate::rows::BatchBuilder;
 use crate::zone::ZoneRule;
 use mssql_cdc_core::log::control::{ControlRecord, Event, PartitionRange, SourceMetrics, CONTROL_VERSION};
 use mssql_cdc_core::log::encode::{confluent_header, RowEncoder};
+use mssql_cdc_core::log::schema::TableSchema;
 use mssql_cdc_core::telemetry::events::SourceBatchPublished;
 use mssql_cdc_types::lsn::Lsn;
 
@@ -59,17 +61,16 @@ impl Stream {
         let rows = self.read(conn, setup, position, &mut plan).await?;
         if rows.count == 0 && plan.events.is_empty() && plan.caught_up && !plan.heartbeat_due {
             // Nothing worth a record yet: the commits stay for the next batch.
-            self.publisher.finish()?;
+            self.publisher.finish().await?;
             return Ok(Step::Idle);
         }
-        let partitions = self.publisher.finish()?;
+        let partitions = self.publisher.finish().await?;
         let acknowledged: u64 = partitions.iter().map(|p| p.records).sum();
         if acknowledged != rows.count {
             return Err(SourceError::Kafka(format!("{} rows read but {acknowledged} acknowledged", rows.count)));
         }
         let record = self.control_record(setup, position, &plan, &rows, partitions, &state, started.elapsed());
-        let publisher = &self.publisher;
-        tokio::task::block_in_place(|| publisher.send_control(&setup.control_topic, &record))?;
+        self.publisher.send_control(&setup.control_topic, &record).await?;
         self.published(&record, started.elapsed());
         position.advance(&record);
         self.progress.advance();
@@ -141,29 +142,26 @@ impl Stream {
         let ci = setup.instance.name.as_str();
         let (from, to, utc) = (plan.from, plan.to, &plan.utc);
         let mut builder = BatchBuilder::new(&setup.schema, ci, position.generation, self.options.fetch_rows);
-        let read = reader::read_changes(conn, &self.connector, &setup.change_sql, from, to, setup.schema.include_command_id, |row: ChangeRow| {
+        let mut changes = reader::read_changes(conn, &self.connector, &setup.change_sql, from, to, setup.schema.include_command_id).await?;
+        while let Some(row) = changes.next().await? {
             let start_lsn = row.at.start_lsn;
-            let commit_ts = match utc.binary_search_by(|(lsn, _)| lsn.cmp(&start_lsn)) {
-                Ok(i) => utc[i].1,
-                Err(_) => {
-                    let message = format!("change row at {start_lsn} has no commit in cdc.lsn_time_mapping between {from} and {to}");
-                    return Err(SourceError::Sql { message, code: None, transient: false });
-                }
+            let Ok(index) = utc.binary_search_by(|(lsn, _)| lsn.cmp(&start_lsn)) else {
+                let message = format!("change row at {start_lsn} has no commit in cdc.lsn_time_mapping between {from} and {to}");
+                return Err(SourceError::Sql { message, code: None, transient: false });
             };
             builder
-                .append(row.at, row.command_id, commit_ts, row.values.into_iter())
+                .append(row.at, row.command_id, utc[index].1, row.values.into_iter())
                 .map_err(|e| SourceError::Schema { capture_instance: ci.to_owned(), message: e.to_string() })?;
+            rows.count += 1;
             rows.min_lsn = Some(rows.min_lsn.map_or(start_lsn, |m| m.min(start_lsn)));
             rows.max_lsn = Some(rows.max_lsn.map_or(start_lsn, |m| m.max(start_lsn)));
             if builder.len() >= self.options.fetch_rows {
-                rows.bytes += self.publish_rows(setup, &builder.finish())?;
+                rows.bytes += self.publish_rows(setup, builder.finish()).await?;
             }
-            Ok(())
-        })
-        .await?;
-        rows.count = read;
+        }
+        drop(changes);
         if !builder.is_empty() {
-            rows.bytes += self.publish_rows(setup, &builder.finish())?;
+            rows.bytes += self.publish_rows(setup, builder.finish()).await?;
         }
         let after = reader::server_state(conn, &self.connector, ci).await?;
         if let Some(skipped) = self.check_loss(ci, plan.from, after.min_lsn, false)? {
@@ -173,31 +171,10 @@ impl Stream {
     }
 
     /// Encodes one Arrow batch (JSON, or Avro in the Confluent wire format) and queues its
-    /// records; returns the bytes queued.
-    fn publish_rows(&self, setup: &Setup, batch: &arrow::array::RecordBatch) -> Result<u64, SourceError> {
-        let encoder = RowEncoder::new(&setup.schema, batch)?;
-        let mut key = Vec::with_capacity(64);
-        let mut value = Vec::with_capacity(512);
-        let mut bytes = 0u64;
-        for row in 0..encoder.rows() {
-            key.clear();
-            value.clear();
-            match (setup.key_schema_id, setup.value_schema_id) {
-                (Some(key_id), Some(value_id)) => {
-                    confluent_header(key_id, &mut key);
-                    encoder.key_avro(row, &mut key)?;
-                    confluent_header(value_id, &mut value);
-                    encoder.value_avro(row, &mut value)?;
-                }
-                _ => {
-                    encoder.key_json(row, &mut key);
-                    encoder.value_json(row, &mut value);
-                }
-            }
-            self.publisher.send(&setup.data_topic, &key, &value)?;
-            bytes += (key.len() + value.len()) as u64;
-        }
-        Ok(bytes)
+    /// records, off the async workers; returns the bytes queued.
+    async fn publish_rows(&self, setup: &Setup, batch: arrow::array::RecordBatch) -> Result<u64, SourceError> {
+        let (schema, topic, ids) = (setup.schema.clone(), setup.data_topic.clone(), setup.key_schema_id.zip(setup.value_schema_id));
+        self.publisher.queue(move |producer| encode_and_queue(producer, &schema, &topic, ids, &batch)).await
     }
 
     /// The control record naming the batch's acknowledged records.
@@ -292,6 +269,34 @@ impl Position {
 }
 
 /// Each commit's UTC time, in LSN order, keeping fall-back hours in commit order.
+/// Encodes each row of `batch` (Avro with the `(key, value)` schema ids, JSON without) and
+/// queues it to `topic`; returns the bytes queued.
+fn encode_and_queue(producer: &Producing, schema: &TableSchema, topic: &str, avro_ids: Option<(u32, u32)>, batch: &arrow::array::RecordBatch) -> Result<u64, SourceError> {
+    let encoder = RowEncoder::new(schema, batch)?;
+    let mut key = Vec::with_capacity(64);
+    let mut value = Vec::with_capacity(512);
+    let mut bytes = 0u64;
+    for row in 0..encoder.rows() {
+        key.clear();
+        value.clear();
+        match avro_ids {
+            Some((key_id, value_id)) => {
+                confluent_header(key_id, &mut key);
+                encoder.key_avro(row, &mut key)?;
+                confluent_header(value_id, &mut value);
+                encoder.value_avro(row, &mut value)?;
+            }
+            None => {
+                encoder.key_json(row, &mut key);
+                encoder.value_json(row, &mut value);
+            }
+        }
+        producer.send(topic, &key, &value)?;
+        bytes += (key.len() + value.len()) as u64;
+    }
+    Ok(bytes)
+}
+
 fn commit_times(zone: &ZoneRule, commits: &[Commit], mut previous: Option<DateTime<Utc>>) -> Vec<(Lsn, DateTime<Utc>)> {
     commits
         .iter()

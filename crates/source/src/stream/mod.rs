@@ -121,7 +121,7 @@ impl Stream {
                 }
                 Err(error) if error.is_transient() => {
                     client = None;
-                    self.publisher.finish().ok();
+                    self.publisher.finish().await.ok();
                     let outage = outage.get_or_insert_with(|| Outage { since: Instant::now(), attempts: 0, backoff: schedule.backoff() });
                     outage.attempts += 1;
                     let wait = match outage.backoff.on_failure(outage.since.elapsed(), false) {
@@ -202,9 +202,7 @@ impl Stream {
     }
 
     async fn start_position(&self, setup: &Setup, state: &ServerState) -> Result<Position, SourceError> {
-        let publisher = &self.publisher;
-        let control_topic = setup.control_topic.clone();
-        let last = tokio::task::block_in_place(|| publisher.last_control(&control_topic))?;
+        let last = self.publisher.last_control(&setup.control_topic).await?;
         let position = match last {
             Some(record) => {
                 // A position past the server's max LSN is refused by the batch that follows,
