@@ -290,16 +290,7 @@ mod tests {
     use crate::log::schema::Column;
 
     fn schema() -> TableSchema {
-        TableSchema {
-            columns: vec![
-                Column { name: "id".into(), ty: ColumnType::Int64 },
-                Column { name: "amount".into(), ty: ColumnType::Decimal { precision: 18, scale: 2 } },
-                Column { name: "blob".into(), ty: ColumnType::Binary },
-                Column { name: "at".into(), ty: ColumnType::LocalTimestamp },
-            ],
-            key: vec!["id".into()],
-            include_command_id: true,
-        }
+        crate::log::schema::sample(Column { name: "blob".into(), ty: ColumnType::Binary })
     }
 
     const GOOD: &str = r#"{"id":7,"amount":"-12.50","blob":"AAH/","at":"2026-01-01T10:00:00.123456","_start_lsn":"0x0000002A000000010005","_seqval":"0x0000002A000000010004","_operation":2,"_command_id":1,"_commit_ts":"2026-01-01T09:00:00.000000Z","_capture_instance":"dbo_t","_generation":0}"#;

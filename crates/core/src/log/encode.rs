@@ -341,16 +341,7 @@ mod tests {
     use crate::log::schema::{Column, ColumnType};
 
     fn schema() -> TableSchema {
-        TableSchema {
-            columns: vec![
-                Column { name: "id".into(), ty: ColumnType::Int64 },
-                Column { name: "amount".into(), ty: ColumnType::Decimal { precision: 18, scale: 2 } },
-                Column { name: "note".into(), ty: ColumnType::String },
-                Column { name: "at".into(), ty: ColumnType::LocalTimestamp },
-            ],
-            key: vec!["id".into()],
-            include_command_id: true,
-        }
+        crate::log::schema::sample(Column { name: "note".into(), ty: ColumnType::String })
     }
 
     fn batch(schema: &TableSchema) -> RecordBatch {

@@ -282,6 +282,22 @@ fn avro_namespace(topic: &str) -> String {
     topic.split('.').map(avro_name).collect::<Vec<_>>().join(".")
 }
 
+/// The layout the log's unit tests encode and decode: `id` (the key), `amount decimal(18,2)`,
+/// `third`, `at datetime2`, with `_command_id`.
+#[cfg(test)]
+pub(crate) fn sample(third: Column) -> TableSchema {
+    TableSchema {
+        columns: vec![
+            Column { name: "id".into(), ty: ColumnType::Int64 },
+            Column { name: "amount".into(), ty: ColumnType::Decimal { precision: 18, scale: 2 } },
+            third,
+            Column { name: "at".into(), ty: ColumnType::LocalTimestamp },
+        ],
+        key: vec!["id".into()],
+        include_command_id: true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,7 +55,34 @@ impl Feed {
         control_topic: &str,
         dead_letter_topic: Option<&str>,
     ) -> Result<Self, BronzeError> {
-        let clients = Clients::new(cluster, properties, app_id, data_topic, control_topic, dead_letter_topic)?;
+        let mut config = cluster.client_config().map_err(kafka)?;
+        // A new control record is wanted soon after it lands: a short long-poll (librdkafka's
+        // default is 500 ms) bounds that wait. A user's `properties` may override it.
+        config.set("fetch.wait.max.ms", "100");
+        for (key, value) in properties.iter() {
+            config.set(key, value.to_string());
+        }
+        config
+            .set("group.id", app_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false");
+        let control: BaseConsumer = config.create().map_err(kafka)?;
+        let mut data_config = config.clone();
+        // The data consumer only reads ranges a control record names, which are already in the
+        // log: a fetch must never wait for more.
+        data_config.set("group.id", format!("{app_id}.data")).set("fetch.max.bytes", "52428800").set("fetch.wait.max.ms", "10");
+        let data: BaseConsumer = data_config.create().map_err(kafka)?;
+        let dead_letters = match dead_letter_topic {
+            Some(topic) => {
+                let mut producer = cluster.client_config().map_err(kafka)?;
+                producer.set("enable.idempotence", "true").set("acks", "all");
+                Some((producer.create().map_err(kafka)?, topic.to_owned()))
+            }
+            None => None,
+        };
+        let clients = Clients { control, data, dead_letters, control_topic: control_topic.to_owned(), data_topic: data_topic.to_owned() };
         Ok(Self { clients: Arc::new(clients) })
     }
 
@@ -137,44 +164,6 @@ impl Feed {
 }
 
 impl Clients {
-    fn new(
-        cluster: &KafkaConfig,
-        properties: &Properties,
-        app_id: &str,
-        data_topic: &str,
-        control_topic: &str,
-        dead_letter_topic: Option<&str>,
-    ) -> Result<Self, BronzeError> {
-        let mut config = cluster.client_config().map_err(kafka)?;
-        // A new control record is wanted soon after it lands: a short long-poll (librdkafka's
-        // default is 500 ms) bounds that wait. A user's `properties` may override it.
-        config.set("fetch.wait.max.ms", "100");
-        for (key, value) in properties.iter() {
-            config.set(key, value.to_string());
-        }
-        config
-            .set("group.id", app_id)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false");
-        let control: BaseConsumer = config.create().map_err(kafka)?;
-        let mut data_config = config.clone();
-        // The data consumer only reads ranges a control record names, which are already in the
-        // log: a fetch must never wait for more.
-        data_config.set("group.id", format!("{app_id}.data")).set("fetch.max.bytes", "52428800").set("fetch.wait.max.ms", "10");
-        let data: BaseConsumer = data_config.create().map_err(kafka)?;
-        let dead_letters = match dead_letter_topic {
-            Some(topic) => {
-                let mut producer = cluster.client_config().map_err(kafka)?;
-                producer.set("enable.idempotence", "true").set("acks", "all");
-                Some((producer.create().map_err(kafka)?, topic.to_owned()))
-            }
-            None => None,
-        };
-        Ok(Self { control, data, dead_letters, control_topic: control_topic.to_owned(), data_topic: data_topic.to_owned() })
-    }
-
     /// Whether the control and data topics both exist with partitions.
     fn topics_exist(&self) -> Result<bool, BronzeError> {
         let metadata = self.control.fetch_metadata(None, Duration::from_secs(10)).map_err(kafka)?;

@@ -122,24 +122,17 @@ mod tests {
     use super::*;
     use mssql_cdc_core::log::schema::{Column, ColumnType};
 
+    /// A one-column feed: the decoding of each type is the log contract's, tested in
+    /// `mssql_cdc_core::log::decode`; bronze adds the range check and the provenance.
     fn schema() -> TableSchema {
-        TableSchema {
-            columns: vec![
-                Column { name: "id".into(), ty: ColumnType::Int64 },
-                Column { name: "amount".into(), ty: ColumnType::Decimal { precision: 18, scale: 2 } },
-                Column { name: "blob".into(), ty: ColumnType::Binary },
-                Column { name: "at".into(), ty: ColumnType::LocalTimestamp },
-            ],
-            key: vec!["id".into()],
-            include_command_id: true,
-        }
+        TableSchema { columns: vec![Column { name: "id".into(), ty: ColumnType::Int64 }], key: vec!["id".into()], include_command_id: false }
     }
 
     fn record(offset: i64, text: &str) -> DataRecord {
         DataRecord { partition: 1, offset, value: text.as_bytes().to_vec() }
     }
 
-    const GOOD: &str = r#"{"id":7,"amount":"-12.50","blob":"AAH/","at":"2026-01-01T10:00:00.123456","_start_lsn":"0x0000002A000000010005","_seqval":"0x0000002A000000010004","_operation":2,"_command_id":1,"_commit_ts":"2026-01-01T09:00:00.000000Z","_capture_instance":"dbo_t","_generation":0}"#;
+    const GOOD: &str = r#"{"id":7,"_start_lsn":"0x0000002A000000010005","_seqval":"0x0000002A000000010004","_operation":2,"_commit_ts":"2026-01-01T09:00:00.000000Z","_capture_instance":"dbo_t","_generation":0}"#;
 
     #[test]
     fn json_records_decode_into_the_bronze_layout() {
@@ -147,9 +140,7 @@ mod tests {
         assert!(decoded.bad.is_empty(), "{:?}", decoded.bad);
         let batch = decoded.batch.unwrap();
         assert_eq!(batch.schema(), bronze_schema(&schema()));
-        let amount = batch.column(1).as_primitive::<arrow::datatypes::Decimal128Type>();
-        assert_eq!(amount.value(0), -1250);
-        assert_eq!(batch.column(2).as_binary::<i32>().value(0), &[0u8, 1, 255]);
+        assert_eq!(batch.column_by_name(BATCH_ID).unwrap().as_primitive::<arrow::datatypes::Int64Type>().value(0), 3);
         assert_eq!(batch.column_by_name(KAFKA_OFFSET).unwrap().as_primitive::<arrow::datatypes::Int64Type>().value(0), 5);
     }
 
