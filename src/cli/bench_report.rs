@@ -417,9 +417,7 @@ async fn kafka_round_trips(kafka: &KafkaConfig, count: usize) -> anyhow::Result<
     use rdkafka::Message;
 
     let topic = format!("bench.latency.{}", uuid::Uuid::new_v4());
-    let admin = mssql_cdc_source::publish::Publisher::new(kafka, &Default::default(), "bench-latency")?;
-    admin.ensure_topics(&topic, 1, &format!("{topic}.control")).await?;
-    drop(admin);
+    mssql_cdc_core::kafka::admin::ensure_topics(kafka, &[(&topic, 1)]).await?;
     let kafka = kafka.clone();
     tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<f64>> {
         let producer: BaseProducer = kafka.client_config()?.set("linger.ms", "5").set("enable.idempotence", "true").create()?;

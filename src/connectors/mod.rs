@@ -85,14 +85,18 @@ impl ConnectorConfig {
 
 impl ConnectorConfig {
     /// The task that runs this connector's stage under the supervisor, until `cancel` fires or
-    /// it stops. The stage is built once here, so what needs no network (secrets, formats) fails
-    /// before anything starts; the supervisor builds it again for every retry.
+    /// it stops. The stage is built here, so what needs no network (secrets, formats) fails
+    /// before anything starts; that stage is the first attempt, and the supervisor builds a
+    /// fresh one for every retry.
     pub fn supervised(self, worker: &WorkerConfig, cancel: CancellationToken) -> Result<impl Future<Output = Result<(), StageError>> + Send + 'static, StageError> {
         let context = StageContext::new(&self.name, worker.clone());
-        self.settings.clone().build(&context)?;
+        let mut first = Some(self.settings.clone().build(&context)?);
         let progress = context.progress.clone();
         let settings = self.settings;
-        let build = move || settings.clone().build(&context);
+        let build = move || match first.take() {
+            Some(stage) => Ok(stage),
+            None => settings.clone().build(&context),
+        };
         Ok(supervise(self.name, worker.retry.clone(), progress, build, cancel))
     }
 }

@@ -13,6 +13,7 @@ use mssql_cdc_core::kafka::config::Properties;
 use mssql_cdc_core::log::format::{validate_format, Encoding, RecordFormat, SchemaRegistryConfig};
 use mssql_cdc_core::log::topic::{is_valid_topic, TOPIC_FORM};
 use mssql_cdc_core::log::ColumnType;
+use mssql_cdc_core::stage::retry::RetryConfig;
 use mssql_cdc_core::stage::{ConnectorKind, Stage, StageContext, StageError};
 use mssql_cdc_types::lsn::Lsn;
 use mssql_cdc_types::timezone::ServerZone;
@@ -155,8 +156,9 @@ pub struct MssqlSourceSettings {
     pub heartbeat_interval: Duration,
     /// Rows per Arrow batch while reading (positive).
     pub fetch_rows: usize,
-    /// How long SQL Server may stay unreachable before the stage stops.
-    pub retry_timeout: Duration,
+    /// The schedule of SQL reconnects within the stage: 250 ms doubling to 10 s, for at most
+    /// `retry_timeout_ms` of one outage before the stage stops.
+    pub sql_retry: RetryConfig,
     /// Partitions of the data topics the source creates (positive).
     pub topic_partitions: i32,
     /// librdkafka producer properties passed through (no worker-owned keys).
@@ -347,7 +349,7 @@ impl ConnectorKind for MssqlSourceOptions {
             poll_interval: Duration::from_millis(self.poll_interval_ms),
             heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),
             fetch_rows: self.fetch_rows,
-            retry_timeout: Duration::from_millis(self.retry_timeout_ms),
+            sql_retry: RetryConfig { initial_backoff_ms: 250, max_backoff_ms: 10_000, budget_ms: self.retry_timeout_ms },
             topic_partitions: i32::try_from(self.topic_partitions).ok()?,
             producer_properties: self.producer_properties,
         })

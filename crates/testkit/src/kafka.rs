@@ -116,7 +116,7 @@ pub fn exists(kafka: &KafkaConfig, topic: &str) -> bool {
     let Ok(consumer) = consumer(kafka) else { return false };
     consumer
         .fetch_metadata(None, Duration::from_secs(10))
-        .map(|metadata| metadata.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+        .map(|metadata| mssql_cdc_core::kafka::admin::topic_ready(&metadata, topic))
         .unwrap_or(false)
 }
 

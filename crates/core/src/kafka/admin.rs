@@ -28,6 +28,11 @@ pub enum AdminError {
     },
 }
 
+/// Whether `metadata` shows `topic` ready for use: known, without error, with partitions.
+pub fn topic_ready(metadata: &rdkafka::metadata::Metadata, topic: &str) -> bool {
+    metadata.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+}
+
 /// Creates each `(topic, partitions)` that does not exist yet, with the broker's default
 /// replication; existing topics are left as they are.
 pub async fn ensure_topics(kafka: &KafkaConfig, topics: &[(&str, i32)]) -> Result<(), AdminError> {

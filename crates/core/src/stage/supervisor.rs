@@ -80,8 +80,9 @@ fn stopped(error: StageError) -> StageError {
     error
 }
 
-/// Waits `wait`; false when cancelled first.
-async fn wait_or_cancel(wait: Duration, cancel: &CancellationToken) -> bool {
+/// Waits `wait`; false when cancelled first. Every stage's pause (an idle poll, a backoff)
+/// waits through it, so a cancelled stage never sleeps on.
+pub async fn wait_or_cancel(wait: Duration, cancel: &CancellationToken) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(wait) => true,
         _ = cancel.cancelled() => false,

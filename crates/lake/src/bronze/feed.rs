@@ -17,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 use super::error::BronzeError;
 use super::records::DataRecord;
 use mssql_cdc_core::kafka::config::Properties;
+use mssql_cdc_core::kafka::admin::topic_ready;
 use mssql_cdc_core::kafka::blocking::off_runtime;
+use mssql_cdc_core::stage::supervisor::wait_or_cancel;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
 
@@ -107,9 +109,8 @@ impl Feed {
                 tracing::info!(control_topic = %control_topic, data_topic = %data_topic, "waiting for the feed's topics (the source creates them on its first run)");
                 logged = true;
             }
-            tokio::select! {
-                _ = cancel.cancelled() => return Ok(false),
-                _ = tokio::time::sleep(TOPIC_POLL) => {}
+            if !wait_or_cancel(TOPIC_POLL, cancel).await {
+                return Ok(false);
             }
         }
     }
@@ -167,8 +168,7 @@ impl Clients {
     /// Whether the control and data topics both exist with partitions.
     fn topics_exist(&self) -> Result<bool, BronzeError> {
         let metadata = self.control.fetch_metadata(None, Duration::from_secs(10)).map_err(kafka)?;
-        let exists = |name: &str| metadata.topics().iter().any(|topic| topic.name() == name && topic.error().is_none() && !topic.partitions().is_empty());
-        Ok(exists(&self.control_topic) && exists(&self.data_topic))
+        Ok(topic_ready(&metadata, &self.control_topic) && topic_ready(&metadata, &self.data_topic))
     }
 
     /// The batch id of the control topic's last record, if any.

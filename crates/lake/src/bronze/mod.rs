@@ -69,11 +69,7 @@ impl Stage for BronzeSink {
 /// The running sink.
 struct Writer {
     name: String,
-    options: BronzeSettings,
-    target: String,
-    app_id: String,
-    control_topic: String,
-    data_topic: String,
+    settings: BronzeSettings,
     feed: Feed,
     registry: Option<SchemaRegistry>,
     /// Object-store options of both tables, resolved.
@@ -88,39 +84,36 @@ struct Writer {
 
 impl Writer {
     async fn start(sink: BronzeSink) -> Result<Self, BronzeError> {
-        let options = sink.settings;
-        let registry = match &options.encoding {
+        let settings = sink.settings;
+        let registry = match &settings.encoding {
             Encoding::Avro(registry) => Some(SchemaRegistry::new(registry).map_err(|e| BronzeError::Kafka(e.to_string()))?),
             Encoding::Json => None,
         };
-        let data_topic = options.topic.clone();
-        let control_topic = options.control_topic.clone();
-        let target = options.target.clone();
-        let app_id = options.app_id.clone();
-        let dead_letter = match &options.bad_records {
+        let app_id = &settings.app_id;
+        let dead_letter = match &settings.bad_records {
             BadRecords::DeadLetter(topic) => Some(topic.as_str()),
             BadRecords::Stop => None,
         };
-        let feed = Feed::new(&sink.kafka, &options.consumer_properties, &app_id, &data_topic, &control_topic, dead_letter)?;
+        let feed = Feed::new(&sink.kafka, &settings.consumer_properties, app_id, &settings.topic, &settings.control_topic, dead_letter)?;
         feed.ensure_dead_letter_topic(&sink.kafka).await?;
-        let storage = options.storage_options.resolve()?;
-        let bronze = delta::open(&target, &storage).await?;
+        let storage = settings.storage_options.resolve()?;
+        let bronze = delta::open(&settings.target, &storage).await?;
         let bronze_version = match &bronze {
-            Some(table) => delta::txn_version(table, &app_id).await?.unwrap_or(-1),
+            Some(table) => delta::txn_version(table, app_id).await?.unwrap_or(-1),
             None => -1,
         };
-        let (facts, facts_version) = match &options.facts_table {
+        let (facts, facts_version) = match &settings.facts_table {
             Some(location) => {
                 let table = match delta::open(location, &storage).await? {
                     Some(table) => table,
                     None => delta::create(location, &storage, &facts_schema(), &facts_comments(), "mssql-cdc facts: one row per batch and event").await?,
                 };
-                let version = delta::txn_version(&table, &facts_app_id(&app_id)).await?.unwrap_or(-1);
+                let version = delta::txn_version(&table, &facts_app_id(app_id)).await?.unwrap_or(-1);
                 (Some(table), version)
             }
             None => (None, -1),
         };
-        Ok(Self { name: sink.name, options, target, app_id, control_topic, data_topic, feed, registry, storage, bronze, facts, bronze_version, facts_version, progress: sink.progress })
+        Ok(Self { name: sink.name, settings, feed, registry, storage, bronze, facts, bronze_version, facts_version, progress: sink.progress })
     }
 
     async fn run(mut self, cancel: CancellationToken) -> Result<(), BronzeError> {
@@ -131,20 +124,20 @@ impl Writer {
         let last = self.feed.last_batch_id().await?;
         if written >= 0 && last.is_none_or(|last| (last as i64) < written) {
             return Err(BronzeError::RewoundFeed {
-                app_id: self.app_id.clone(),
-                target: self.target.clone(),
+                app_id: self.settings.app_id.clone(),
+                target: self.settings.target.clone(),
                 written,
-                control_topic: self.control_topic.clone(),
+                control_topic: self.settings.control_topic.clone(),
                 found: last.map_or("is empty".to_owned(), |b| format!("ends at batch {b}")),
             });
         }
         let needed = self.bronze_version.min(if self.facts.is_some() { self.facts_version } else { self.bronze_version }) + 1;
         let hint = self.feed.committed().await.unwrap_or(0);
         self.feed.assign_control(hint)?;
-        tracing::info!(connector = %self.name, app_id = %self.app_id, bronze_version = self.bronze_version, facts_version = self.facts_version, control_offset = hint, "bronze sink resuming");
+        tracing::info!(connector = %self.name, app_id = %self.settings.app_id, bronze_version = self.bronze_version, facts_version = self.facts_version, control_offset = hint, "bronze sink resuming");
         let mut first = true;
         let mut last_seen: Option<u64> = None;
-        BronzeBatchWritten::register(&self.name, &self.app_id);
+        BronzeBatchWritten::register(&self.name, &self.settings.app_id);
         loop {
             if cancel.is_cancelled() {
                 return Ok(());
@@ -162,7 +155,7 @@ impl Writer {
             }
             if let Some(previous) = last_seen
                 && control.batch_id > previous + 1 {
-                    return Err(BronzeError::Gap { control_topic: self.control_topic.clone(), previous, next: control.batch_id });
+                    return Err(BronzeError::Gap { control_topic: self.settings.control_topic.clone(), previous, next: control.batch_id });
                 }
             last_seen = Some(last_seen.map_or(control.batch_id, |p| p.max(control.batch_id)));
             let started = Instant::now();
@@ -172,7 +165,7 @@ impl Writer {
             if let Some(sink) = written {
                 BronzeBatchWritten {
                     connector: &self.name,
-                    app_id: &self.app_id,
+                    app_id: &self.settings.app_id,
                     batch_id: control.batch_id,
                     rows: sink.rows,
                     dead_lettered: sink.dead_lettered,
@@ -205,9 +198,9 @@ impl Writer {
         }
         let facts = if facts_pending { self.facts.take() } else { None };
         if let Some(table) = facts {
-            let rows = facts_rows(&self.target, &self.app_id, control, &sink, Utc::now());
+            let rows = facts_rows(&self.settings.target, &self.settings.app_id, control, &sink, Utc::now());
             let metadata = [("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id))];
-            let table = delta::append(table, vec![rows], &facts_app_id(&self.app_id), id, metadata).await?;
+            let table = delta::append(table, vec![rows], &facts_app_id(&self.settings.app_id), id, metadata).await?;
             self.facts = Some(table);
             self.facts_version = id;
         }
@@ -242,14 +235,14 @@ impl Writer {
         let writers = self.writer_schemas(&records).await?;
         let decoded = records::decode(&control.schema, &records, writers.as_ref(), control.batch_id, &control.from_lsn.to_string(), &control.to_lsn.to_string());
         for (record, reason) in &decoded.bad {
-            match &self.options.bad_records {
+            match &self.settings.bad_records {
                 BadRecords::Stop => {
-                    return Err(BronzeError::Undecodable { topic: self.data_topic.clone(), partition: record.partition, offset: record.offset, reason: reason.clone() });
+                    return Err(BronzeError::Undecodable { topic: self.settings.topic.clone(), partition: record.partition, offset: record.offset, reason: reason.clone() });
                 }
                 BadRecords::DeadLetter(_) => {
                     self.feed.dead_letter(record, reason)?;
-                    tracing::warn!(connector = %self.name, topic = %self.data_topic, partition = record.partition, offset = record.offset, reason = %reason, "record dead-lettered");
-                    sink.warnings.push(format!("{}/{} offset {}: dead-lettered: {reason}", self.data_topic, record.partition, record.offset));
+                    tracing::warn!(connector = %self.name, topic = %self.settings.topic, partition = record.partition, offset = record.offset, reason = %reason, "record dead-lettered");
+                    sink.warnings.push(format!("{}/{} offset {}: dead-lettered: {reason}", self.settings.topic, record.partition, record.offset));
                     sink.dead_lettered += 1;
                 }
             }
@@ -263,17 +256,17 @@ impl Writer {
         sink.rows = batch.num_rows() as u64;
         let table = match self.bronze.take() {
             Some(table) => table,
-            None => delta::create(&self.target, &self.storage, &batch.schema(), &records::comments(), &format!("mssql-cdc bronze of {}", self.data_topic)).await?,
+            None => delta::create(&self.settings.target, &self.storage, &batch.schema(), &records::comments(), &format!("mssql-cdc bronze of {}", self.settings.topic)).await?,
         };
         let metadata = [
             ("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id)),
             ("mssql_cdc.from_lsn".to_owned(), serde_json::json!(control.from_lsn.to_string())),
             ("mssql_cdc.to_lsn".to_owned(), serde_json::json!(control.to_lsn.to_string())),
-            ("mssql_cdc.data_topic".to_owned(), serde_json::json!(self.data_topic)),
+            ("mssql_cdc.data_topic".to_owned(), serde_json::json!(self.settings.topic)),
             ("mssql_cdc.rows".to_owned(), serde_json::json!(sink.rows)),
             ("mssql_cdc.key".to_owned(), serde_json::json!(control.schema.key)),
         ];
-        let table = delta::append(table, vec![batch], &self.app_id, id, metadata).await?;
+        let table = delta::append(table, vec![batch], &self.settings.app_id, id, metadata).await?;
         self.bronze = Some(table);
         self.bronze_version = id;
         Ok(sink)

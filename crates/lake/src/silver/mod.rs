@@ -21,6 +21,7 @@ pub use apply::{Applier, StepReport};
 pub use config::{SilverOptions, SilverSettings};
 pub use error::SilverError;
 
+use mssql_cdc_core::stage::supervisor::wait_or_cancel;
 use mssql_cdc_core::stage::{Progress, Stage, StageContext, StageError};
 
 /// The `delta-silver` stage.
@@ -58,9 +59,8 @@ async fn follow(connector: &str, options: &SilverSettings, progress: &Progress, 
                     tracing::info!(connector, facts = %facts, "waiting for the bronze sink to create the facts table");
                     waiting = true;
                 }
-                tokio::select! {
-                    _ = cancel.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(idle) => continue,
+                if !wait_or_cancel(idle, cancel).await {
+                    return Ok(());
                 }
             }
             Err(e) => return Err(e),
@@ -69,9 +69,8 @@ async fn follow(connector: &str, options: &SilverSettings, progress: &Progress, 
     while !cancel.is_cancelled() {
         let report = applier.step().await?;
         if report.batches == 0 {
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(idle) => {}
+            if !wait_or_cancel(idle, cancel).await {
+                break;
             }
         } else {
             progress.advance();

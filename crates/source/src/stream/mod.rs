@@ -19,7 +19,8 @@ use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::registry::SchemaRegistry;
 use mssql_cdc_core::log::schema::TableSchema;
 use mssql_cdc_core::log::topic::control_topic_for;
-use mssql_cdc_core::stage::retry::{Decision, RetryConfig};
+use mssql_cdc_core::stage::retry::Decision;
+use mssql_cdc_core::stage::supervisor::wait_or_cancel;
 use mssql_cdc_core::stage::Progress;
 use mssql_cdc_core::telemetry::events::{register_source, SourceSqlRetrying};
 use mssql_cdc_types::lsn::Lsn;
@@ -100,8 +101,7 @@ impl Stream {
         let mut client: Option<TdsClient> = None;
         let mut setup: Option<Setup> = None;
         let mut position: Option<Position> = None;
-        // The stage's schedule, with `retry_timeout_ms` as the budget of one outage.
-        let schedule = RetryConfig { initial_backoff_ms: 250, max_backoff_ms: 10_000, budget_ms: u64::try_from(self.options.retry_timeout.as_millis()).unwrap_or(u64::MAX) };
+        let schedule = &self.options.sql_retry;
         loop {
             if cancel.is_cancelled() {
                 return Ok(());
@@ -112,11 +112,8 @@ impl Stream {
                     if let Some(Outage { since, attempts, .. }) = outage.take() {
                         tracing::info!(connector = %self.connector_name, capture_instance = %self.wanted, attempts, seconds = since.elapsed().as_secs(), "SQL Server reachable again");
                     }
-                    if matches!(step, Step::Idle) {
-                        tokio::select! {
-                            _ = cancel.cancelled() => return Ok(()),
-                            _ = tokio::time::sleep(self.options.poll_interval) => {}
-                        }
+                    if matches!(step, Step::Idle) && !wait_or_cancel(self.options.poll_interval, &cancel).await {
+                        return Ok(());
                     }
                 }
                 Err(error) if error.is_transient() => {
@@ -129,9 +126,8 @@ impl Stream {
                         Decision::GiveUp { .. } => return Err(SourceError::Outage { seconds: outage.since.elapsed().as_secs(), last: Box::new(error) }),
                     };
                     SourceSqlRetrying { connector: &self.connector_name, capture_instance: &self.wanted, error: &error, attempt: outage.attempts, wait }.emit();
-                    tokio::select! {
-                        _ = cancel.cancelled() => return Ok(()),
-                        _ = tokio::time::sleep(wait) => {}
+                    if !wait_or_cancel(wait, &cancel).await {
+                        return Ok(());
                     }
                 }
                 Err(error) => return Err(error),
