@@ -222,10 +222,18 @@ pub async fn current_timezone_id(client: &mut TdsClient, connector: &Connector) 
     }
 }
 
-/// The cleanup job's retention, minutes (`sys.sp_cdc_help_jobs`), if readable.
-pub async fn retention_minutes(client: &mut TdsClient, connector: &Connector) -> Option<i64> {
-    let rows = rows(client, connector, "EXEC sys.sp_cdc_help_jobs", &[]).await.ok()?;
-    rows.iter().find(|r| text(r, 1).as_deref() == Some("cleanup")).and_then(|r| r.try_get::<i64, _>(7).ok().flatten())
+/// The cleanup job's retention, minutes (`sys.sp_cdc_help_jobs`), or `None` where the login
+/// may not read it (the procedure needs `db_owner`). A transient fault is an error, retried
+/// like any other statement's, so a deadlock here is never mistaken for "not readable".
+pub async fn retention_minutes(client: &mut TdsClient, connector: &Connector) -> Result<Option<i64>, SourceError> {
+    match rows(client, connector, "EXEC sys.sp_cdc_help_jobs", &[]).await {
+        Ok(rows) => Ok(rows.iter().find(|r| text(r, 1).as_deref() == Some("cleanup")).and_then(|r| r.try_get::<i64, _>(7).ok().flatten())),
+        Err(error) if error.is_transient() => Err(error),
+        Err(error) => {
+            tracing::info!(error = %error, "the CDC cleanup job's retention is not readable (sys.sp_cdc_help_jobs needs db_owner); retention headroom is not reported");
+            Ok(None)
+        }
+    }
 }
 
 /// The commits after `from`, up to `max`: at most `limit` (plus one more, to learn the time of

@@ -182,7 +182,7 @@ impl Stream {
             },
             SourceZone::Fixed(zone) => Some(zone.clone()),
         };
-        let retention_minutes = reader::retention_minutes(conn, &self.connector).await;
+        let retention_minutes = reader::retention_minutes(conn, &self.connector).await?;
         self.publisher.ensure_topics(&data_topic, self.options.topic_partitions, &control_topic).await?;
         let (key_schema_id, value_schema_id) = match &self.registry {
             Some(registry) => (
