@@ -79,7 +79,7 @@ pub fn bind(query: &mut Query<'_>, value: &Value) {
 /// A tiberius error as a SQL error (server errors keep their number; I/O is 10054).
 pub fn to_sql_error(error: tiberius::error::Error) -> SqlError {
     match error {
-        tiberius::error::Error::Server(token) => SqlError { number: token.code() as i32, state: token.state(), class: token.class(), message: token.message().to_owned() },
+        tiberius::error::Error::Server(token) => SqlError { number: token.code() as i32, state: token.state(), class: token.class(), message: token.message().to_owned(), blocked_by: None },
         other => SqlError::new(10054, 20, other.to_string()),
     }
 }

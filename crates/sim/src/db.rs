@@ -6,7 +6,7 @@
 //! of the capture instances tracking their tables, writing one `cdc.lsn_time_mapping` row per
 //! transaction, as SQL Server's log reader does.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use super::clock::{ServerZone, SimClock};
 use super::error::{SqlError, SqlResult};
 use mssql_cdc_types::lsn::Lsn;
 use super::table::{RowKey, Table};
+use super::versions::{Conflict, ReadView};
 use super::value::Value;
 
 /// How a simulated server behaves. `Debug` shows login names, never passwords.
@@ -130,6 +131,10 @@ pub struct OpenTxn {
     ddl: Vec<DdlChange>,
     undo: Vec<Undo>,
     next_command: i32,
+    /// Row keys this transaction holds locks on, by table.
+    locked: Vec<(i32, RowKey)>,
+    /// Under SNAPSHOT isolation, the commit sequence its reads see (set at its first read).
+    pub snapshot: Option<u64>,
 }
 
 /// A committed transaction waiting for the capture job.
@@ -163,6 +168,16 @@ pub struct Database {
     next_tran_id: u64,
     next_object_id: i32,
     pending: VecDeque<CommittedTxn>,
+    /// `ALTER DATABASE ... SET ALLOW_SNAPSHOT_ISOLATION`.
+    pub allow_snapshot_isolation: bool,
+    /// `ALTER DATABASE ... SET READ_COMMITTED_SNAPSHOT`: READ COMMITTED reads row versions.
+    pub read_committed_snapshot: bool,
+    /// The sequence number of the newest commit that wrote.
+    commit_seq: u64,
+    /// Open SNAPSHOT transactions: transaction id → the commit sequence they see.
+    snapshots: BTreeMap<u64, u64>,
+    /// Blocked transactions: waiter → the transaction holding the lock it waits for.
+    waits: HashMap<u64, u64>,
 }
 
 impl Database {
@@ -183,6 +198,11 @@ impl Database {
             next_tran_id: 0x1000,
             next_object_id: 245_575_913,
             pending: VecDeque::new(),
+            allow_snapshot_isolation: false,
+            read_committed_snapshot: false,
+            commit_seq: 0,
+            snapshots: BTreeMap::new(),
+            waits: HashMap::new(),
         }
     }
 
@@ -224,7 +244,58 @@ impl Database {
             ddl: Vec::new(),
             undo: Vec::new(),
             next_command: 1,
+            locked: Vec::new(),
+            snapshot: None,
         }
+    }
+
+    /// The view a statement of a transaction (or an autocommit statement) reads under
+    /// `isolation`; a SNAPSHOT transaction's snapshot starts at its first read.
+    pub fn read_view(&mut self, txn: Option<&mut OpenTxn>, isolation: Isolation) -> SqlResult<ReadView> {
+        let own = txn.as_ref().map(|txn| txn.tran_id);
+        Ok(match isolation {
+            Isolation::ReadUncommitted => ReadView::Dirty,
+            Isolation::Snapshot => {
+                if !self.allow_snapshot_isolation {
+                    return Err(SqlError::snapshot_not_allowed(&self.config.database));
+                }
+                let seq = match txn {
+                    Some(txn) => *txn.snapshot.get_or_insert_with(|| {
+                        self.snapshots.insert(txn.tran_id, self.commit_seq);
+                        self.commit_seq
+                    }),
+                    None => self.commit_seq,
+                };
+                ReadView::AsOf { seq, own }
+            }
+            Isolation::ReadCommitted if self.read_committed_snapshot => ReadView::AsOf { seq: self.commit_seq, own },
+            Isolation::ReadCommitted => ReadView::Locking { own },
+        })
+    }
+
+    /// Records that `waiter` waits for `holder`'s lock; `true` when that closes a cycle (a
+    /// deadlock: the waiter is the victim).
+    pub fn wait_for(&mut self, waiter: u64, holder: u64) -> bool {
+        let mut next = Some(holder);
+        let mut steps = 0;
+        while let Some(tran) = next {
+            if tran == waiter {
+                self.waits.remove(&waiter);
+                return true;
+            }
+            steps += 1;
+            if steps > self.waits.len() + 1 {
+                break;
+            }
+            next = self.waits.get(&tran).copied();
+        }
+        self.waits.insert(waiter, holder);
+        false
+    }
+
+    /// `waiter` no longer waits.
+    pub fn stop_waiting(&mut self, waiter: u64) {
+        self.waits.remove(&waiter);
     }
 
     /// Inserts a row (already converted to the column types and checked for NULLs).
@@ -232,6 +303,7 @@ impl Database {
         let seqval = self.next_lsn();
         let table = self.table_by_id_mut(table_id).ok_or_else(|| SqlError::invalid_object("table"))?;
         let key = table.key_of(&row);
+        lock_row(table, txn, &key)?;
         if table.rows.contains_key(&key) {
             return Err(table.duplicate_key(&key));
         }
@@ -248,6 +320,10 @@ impl Database {
     pub fn delete_row(&mut self, txn: &mut OpenTxn, table_id: i32, key: &RowKey) -> SqlResult<()> {
         let seqval = self.next_lsn();
         let table = self.table_by_id_mut(table_id).ok_or_else(|| SqlError::invalid_object("table"))?;
+        if !table.rows.contains_key(key) {
+            return Ok(());
+        }
+        lock_row(table, txn, key)?;
         let Some(row) = table.rows.remove(key) else { return Ok(()) };
         let columns = Arc::new(table.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
         txn.undo.push(Undo::Restore { table_id, key: key.clone(), row: row.clone() });
@@ -264,6 +340,11 @@ impl Database {
         let seqvals: Vec<Lsn> = changes.iter().map(|_| self.next_lsn()).collect();
         let table = self.table_by_id_mut(table_id).ok_or_else(|| SqlError::invalid_object("table"))?;
         let columns = Arc::new(table.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
+        for (key, _) in &changes {
+            if table.rows.contains_key(key) {
+                lock_row(table, txn, key)?;
+            }
+        }
         let mut olds = Vec::with_capacity(changes.len());
         for (key, _) in &changes {
             let old = table.rows.remove(key);
@@ -275,6 +356,7 @@ impl Database {
         for (((key, new_row), old), seqval) in changes.into_iter().zip(olds).zip(seqvals) {
             let Some(old_row) = old else { continue };
             let new_key = if table.key.is_empty() { key.clone() } else { table.key_of(&new_row) };
+            lock_row(table, txn, &new_key)?;
             if table.rows.contains_key(&new_key) {
                 return Err(table.duplicate_key(&new_key));
             }
@@ -320,8 +402,7 @@ impl Database {
         txn.changes.truncate(changes);
         txn.ddl.truncate(ddl);
         let tail = txn.undo.split_off(undo);
-        let partial = OpenTxn { undo: tail, changes: Vec::new(), ddl: Vec::new(), ..txn.clone() };
-        self.rollback(partial);
+        self.undo(tail);
     }
 
     /// Drops a table, keeping it for rollback.
@@ -333,9 +414,19 @@ impl Database {
     }
 
     /// Commits: returns the commit LSN, or `None` for a transaction that wrote nothing.
-    pub fn commit(&mut self, txn: OpenTxn) -> Option<Lsn> {
+    pub fn commit(&mut self, mut txn: OpenTxn) -> Option<Lsn> {
+        self.end(&mut txn);
         if txn.changes.is_empty() && txn.ddl.is_empty() {
+            self.release(&txn, None);
             return None;
+        }
+        self.commit_seq += 1;
+        let seq = self.commit_seq;
+        self.release(&txn, Some(seq));
+        for ddl in &txn.ddl {
+            if let Some(table) = self.table_by_id_mut(ddl.table_id) {
+                table.versions.defined_at = seq;
+            }
         }
         let commit_lsn = self.next_lsn();
         self.pending.push_back(CommittedTxn {
@@ -351,8 +442,42 @@ impl Database {
     }
 
     /// Rolls a transaction back, undoing its writes in reverse order.
-    pub fn rollback(&mut self, txn: OpenTxn) {
-        for undo in txn.undo.into_iter().rev() {
+    pub fn rollback(&mut self, mut txn: OpenTxn) {
+        self.end(&mut txn);
+        let undo = std::mem::take(&mut txn.undo);
+        self.undo(undo);
+        self.release(&txn, None);
+    }
+
+    /// The end of a transaction: it waits no more, and its snapshot closes (dropping the row
+    /// versions only it could see).
+    fn end(&mut self, txn: &mut OpenTxn) {
+        self.waits.remove(&txn.tran_id);
+        if txn.snapshot.take().is_some() {
+            self.snapshots.remove(&txn.tran_id);
+            let oldest = self.snapshots.values().min().copied();
+            for table in self.tables.values_mut() {
+                if table.versions.has_versions() {
+                    table.versions.prune(oldest);
+                }
+            }
+        }
+    }
+
+    /// Releases a transaction's row locks; at a commit with sequence `committed_at`, the
+    /// images they kept become versions while a SNAPSHOT transaction is open.
+    fn release(&mut self, txn: &OpenTxn, committed_at: Option<u64>) {
+        let keep = !self.snapshots.is_empty();
+        for (table_id, key) in &txn.locked {
+            if let Some(table) = self.table_by_id_mut(*table_id) {
+                table.versions.release(key, txn.tran_id, committed_at, keep);
+            }
+        }
+    }
+
+    /// Applies undo records, newest first.
+    fn undo(&mut self, undo: Vec<Undo>) {
+        for undo in undo.into_iter().rev() {
             match undo {
                 Undo::Remove { table_id, key } => {
                     if let Some(table) = self.table_by_id_mut(table_id) {
@@ -512,8 +637,39 @@ impl Database {
         }
     }
 
+    /// The sequence number of the newest commit that wrote.
+    pub fn commit_seq(&self) -> u64 {
+        self.commit_seq
+    }
+
     /// Whether committed transactions are still waiting for the capture job.
     pub fn capture_backlog(&self) -> usize {
         self.pending.len()
+    }
+}
+
+/// The isolation level of a session (`SET TRANSACTION ISOLATION LEVEL`). `REPEATABLE READ`
+/// and `SERIALIZABLE` read as `READ COMMITTED` here: the simulator holds no read locks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Dirty reads.
+    ReadUncommitted,
+    /// Committed rows only (the default).
+    #[default]
+    ReadCommitted,
+    /// The database as of the transaction's first read.
+    Snapshot,
+}
+
+/// Takes the lock on `key` for `txn` before a write (see [`crate::versions`]).
+fn lock_row(table: &mut Table, txn: &mut OpenTxn, key: &RowKey) -> SqlResult<()> {
+    match table.versions.lock(key, txn.tran_id, txn.snapshot, table.rows.get(key)) {
+        Ok(true) => {
+            txn.locked.push((table.object_id, key.clone()));
+            Ok(())
+        }
+        Ok(false) => Ok(()),
+        Err(Conflict::Blocked { holder }) => Err(SqlError::blocked(holder)),
+        Err(Conflict::UpdateConflict) => Err(SqlError::update_conflict(&table.qualified())),
     }
 }

@@ -13,12 +13,15 @@ pub struct SqlError {
     pub class: u8,
     /// The message text, as SQL Server words it.
     pub message: String,
+    /// For a statement stopped by a row lock: the transaction holding it. The engine waits
+    /// and retries such a statement; a client only ever sees 1222 or 1205.
+    pub blocked_by: Option<u64>,
 }
 
 impl SqlError {
     /// An error with number, class and message; state 1.
     pub fn new(number: i32, class: u8, message: impl Into<String>) -> Self {
-        Self { number, state: 1, class, message: message.into() }
+        Self { number, state: 1, class, message: message.into(), blocked_by: None }
     }
 
     /// 207: `Invalid column name '<name>'.`
@@ -96,6 +99,38 @@ impl SqlError {
         )
     }
 
+    /// A statement waiting for `holder`'s row lock (becomes 1222 when `LOCK_TIMEOUT` runs out).
+    pub fn blocked(holder: u64) -> Self {
+        Self { blocked_by: Some(holder), ..Self::lock_timeout() }
+    }
+
+    /// 3952: SNAPSHOT isolation in a database that does not allow it.
+    pub fn snapshot_not_allowed(database: &str) -> Self {
+        Self::new(
+            3952,
+            16,
+            format!("Snapshot isolation transaction failed accessing database '{database}' because snapshot isolation is not allowed in this database. Use ALTER DATABASE to allow snapshot isolation."),
+        )
+    }
+
+    /// 3960: a SNAPSHOT transaction writing a row changed since its snapshot.
+    pub fn update_conflict(table: &str) -> Self {
+        Self::new(
+            3960,
+            16,
+            format!("Snapshot isolation transaction aborted due to update conflict. You cannot use snapshot isolation to access table '{table}' to update, delete, or insert the row that has been modified or deleted by another transaction. Retry the transaction or change the isolation level for the update/delete statement."),
+        )
+    }
+
+    /// 3961: a SNAPSHOT transaction reading a table whose definition changed since its snapshot.
+    pub fn snapshot_ddl_changed(database: &str) -> Self {
+        Self::new(
+            3961,
+            16,
+            format!("Snapshot isolation transaction failed in database '{database}' because the object accessed by the statement has been modified by a DDL statement in another concurrent transaction since the start of this transaction. It is disallowed because the metadata is not versioned."),
+        )
+    }
+
     /// 1222: `Lock request time out period exceeded.`
     pub fn lock_timeout() -> Self {
         Self::new(1222, 16, "Lock request time out period exceeded.")
@@ -109,6 +144,7 @@ impl SqlError {
             state: 3,
             class: 16,
             message: format!("An insufficient number of arguments were supplied for the procedure or function cdc.{family} ... ."),
+            blocked_by: None,
         }
     }
 

@@ -37,6 +37,7 @@ pub mod table;
 pub mod tds;
 pub mod types;
 pub mod value;
+pub mod versions;
 pub mod workload;
 
 use std::sync::atomic::{AtomicU16, Ordering};

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::error::SqlError;
 use super::types::SqlType;
+use super::versions::RowVersions;
 use super::value::{sort_order, Value};
 
 /// A column of a base table.
@@ -72,6 +73,8 @@ pub struct Table {
     pub next_column_id: i32,
     /// The next hidden row id of a heap.
     pub next_row_id: i64,
+    /// Row locks of open transactions and older row images for snapshots.
+    pub versions: RowVersions,
 }
 
 impl Table {

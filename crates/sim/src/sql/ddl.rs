@@ -100,7 +100,7 @@ pub fn create_table(db: &mut Database, txn: &mut OpenTxn, create: &CreateTable) 
     let next_column_id = columns.len() as i32 + 1;
     db.tables.insert(
         (schema.to_ascii_lowercase(), name.to_ascii_lowercase()),
-        Table { object_id, schema, name, columns, key, key_name, rows: BTreeMap::new(), next_column_id, next_row_id: 0 },
+        Table { object_id, schema, name, columns, key, key_name, rows: BTreeMap::new(), next_column_id, next_row_id: 0, versions: Default::default() },
     );
     db.log_create(txn, object_id);
     Ok(())

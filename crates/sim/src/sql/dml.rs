@@ -11,6 +11,7 @@ use crate::db::{Database, OpenTxn};
 use crate::error::{SqlError, SqlResult};
 use crate::table::{RowKey, Table};
 use crate::value::Value;
+use crate::versions::ReadView;
 
 fn table_parts(name: &sqlparser::ast::ObjectName) -> Vec<String> {
     object_name(name)
@@ -66,7 +67,7 @@ pub fn insert(db: &mut Database, txn: &mut OpenTxn, insert: &Insert, params: &Ha
                 .collect::<SqlResult<_>>()?
         };
         let source = insert.source.as_ref().ok_or_else(|| SqlError::unsupported("INSERT without VALUES or SELECT"))?;
-        let ctx = Ctx { db, params, session };
+        let ctx = Ctx { db, params, session, view: ReadView::Dirty };
         let values: Vec<Vec<Value>> = match source.body.as_ref() {
             SetExpr::Values(values) => {
                 let mut out = Vec::with_capacity(values.rows.len());
@@ -114,8 +115,9 @@ type Matching = (Vec<super::expr::ScopeColumn>, Vec<(RowKey, Vec<Value>)>);
 /// expressions.
 fn matching_rows(db: &Database, parts: &[String], alias: Option<&str>, selection: Option<&sqlparser::ast::Expr>, params: &HashMap<String, Value>, session: SessionInfo) -> SqlResult<Matching> {
     let table = find_table(db, parts)?;
-    let source = Source::open(db, parts, None, alias)?;
-    let ctx = Ctx { db, params, session };
+    // A writer looks at the newest rows; taking each row's lock is what waits for others.
+    let source = Source::open(db, parts, None, alias, ReadView::Dirty)?;
+    let ctx = Ctx { db, params, session, view: ReadView::Dirty };
     let filter = selection.map(|e| Compiler { scope: &source.columns, params, session, aggs: None }.compile(e)).transpose()?;
     let range = match (&filter, source.key_column) {
         (Some(filter), Some(key)) => query::key_range(filter, key, &ctx)?,
@@ -167,7 +169,7 @@ pub fn update(db: &mut Database, txn: &mut OpenTxn, update: &Update, params: &Ha
             let compiled = Compiler { scope: &scope, params, session, aggs: None }.compile(&assignment.value)?;
             assignments.push((index, compiled));
         }
-        let ctx = Ctx { db, params, session };
+        let ctx = Ctx { db, params, session, view: ReadView::Dirty };
         let mut changes = Vec::with_capacity(matched.len());
         for (key, row) in matched {
             let mut new_row = row.clone();

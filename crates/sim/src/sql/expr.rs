@@ -12,6 +12,7 @@ use crate::db::Database;
 use crate::error::{SqlError, SqlResult};
 use crate::types::{Len, SqlType};
 use crate::value::{arithmetic, parse_numeric, Arith, Value};
+use crate::versions::ReadView;
 
 /// A column visible to an expression.
 #[derive(Clone, Debug)]
@@ -43,6 +44,8 @@ pub struct Ctx<'a> {
     pub params: &'a HashMap<String, Value>,
     /// The session.
     pub session: SessionInfo,
+    /// How base tables are read (the session's isolation level, and its snapshot).
+    pub view: ReadView,
 }
 
 /// Comparison operators.

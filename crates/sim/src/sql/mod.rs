@@ -11,6 +11,7 @@ pub mod sources;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sqlparser::ast::{DataType, Ident, ObjectName, Statement};
 use sqlparser::dialect::MsSqlDialect;
@@ -19,7 +20,8 @@ use sqlparser::parser::Parser;
 use sqlparser::tokenizer::Token;
 
 use self::expr::{Compiler, Ctx, SessionInfo};
-use super::db::{Database, OpenTxn};
+use super::db::{Database, Isolation, OpenTxn};
+use super::versions::ReadView;
 use super::error::{SqlError, SqlResult};
 use super::fault::{Fault, Faults};
 use super::types::SqlType;
@@ -79,13 +81,15 @@ pub struct Session {
     tran_count: u32,
     /// `SET LOCK_TIMEOUT` in milliseconds (-1: wait forever).
     pub lock_timeout_ms: i64,
+    /// `SET TRANSACTION ISOLATION LEVEL`.
+    pub isolation: Isolation,
     variables: HashMap<String, (SqlType, Value)>,
 }
 
 impl Session {
     /// A new session.
     pub fn new(spid: u16) -> Self {
-        Self { spid, txn: None, tran_count: 0, lock_timeout_ms: -1, variables: HashMap::new() }
+        Self { spid, txn: None, tran_count: 0, lock_timeout_ms: -1, isolation: Isolation::default(), variables: HashMap::new() }
     }
 
     /// Open transaction count (`@@TRANCOUNT`).
@@ -111,6 +115,13 @@ pub enum Stmt {
         nullable: Option<bool>,
         /// The statement text (for `cdc.ddl_history`).
         text: String,
+    },
+    /// `ALTER DATABASE { name | CURRENT } SET option { ON | OFF } [WITH ...]`.
+    AlterDatabase {
+        /// The option, upper case.
+        option: String,
+        /// ON or OFF.
+        on: bool,
     },
 }
 
@@ -161,9 +172,37 @@ pub fn parse_batch(sql: &str) -> SqlResult<Vec<Stmt>> {
             statements.push(Stmt::AlterColumn { table, column, data_type, nullable, text });
             continue;
         }
+        if matches!(&parser.peek_nth_token(0).token, Token::Word(w) if w.keyword == Keyword::ALTER)
+            && matches!(&parser.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::DATABASE)
+        {
+            statements.push(alter_database(&mut parser)?);
+            continue;
+        }
         statements.push(Stmt::Sql(Box::new(parser.parse_statement().map_err(syntax)?)));
     }
     Ok(statements)
+}
+
+/// `ALTER DATABASE { name | CURRENT } SET option { ON | OFF } [WITH ROLLBACK ...]`.
+fn alter_database(parser: &mut Parser<'_>) -> SqlResult<Stmt> {
+    let syntax = |error: sqlparser::parser::ParserError| SqlError::new(102, 15, format!("Incorrect syntax: {error}"));
+    parser.next_token();
+    parser.next_token();
+    parser.parse_identifier().map_err(syntax)?;
+    if !parser.parse_keyword(Keyword::SET) {
+        return Err(SqlError::syntax("ALTER DATABASE supports only SET <option> ON | OFF here"));
+    }
+    let option = parser.parse_identifier().map_err(syntax)?.value.to_ascii_uppercase();
+    let on = match parser.parse_identifier().map_err(syntax)?.value.to_ascii_uppercase().as_str() {
+        "ON" => true,
+        "OFF" => false,
+        other => return Err(SqlError::syntax(&format!("ALTER DATABASE SET {option} {other}: expected ON or OFF"))),
+    };
+    // `WITH ROLLBACK IMMEDIATE` / `WITH NO_WAIT`: nothing to wait for here.
+    while !matches!(parser.peek_token().token, Token::SemiColon | Token::EOF) {
+        parser.next_token();
+    }
+    Ok(Stmt::AlterDatabase { option, on })
 }
 
 fn slice_text(sql: &str, start: sqlparser::tokenizer::Location, end: sqlparser::tokenizer::Location) -> String {
@@ -190,6 +229,9 @@ pub struct Engine {
     /// Injected faults.
     pub faults: Faults,
 }
+
+/// How often a statement waiting for a row lock tries again.
+const LOCK_POLL: Duration = Duration::from_millis(1);
 
 /// Parsed batches kept for reuse (parameterised statements repeat their text).
 const CACHE_LIMIT: usize = 4096;
@@ -260,12 +302,13 @@ impl Engine {
                     params_map.insert(name.clone(), value.clone());
                 }
             }
-            match self.statement(session, statement, &params_map) {
+            match self.statement_waiting(session, statement, &params_map) {
                 Ok(outputs) => outcome.outputs.extend(outputs),
                 Err(error) => {
                     // As SQL Server with XACT_ABORT off: the batch stops and the failed
-                    // statement's work is undone; a deadlock victim loses its transaction.
-                    if error.number == 1205 {
+                    // statement's work is undone; a deadlock victim and a SNAPSHOT
+                    // transaction with an update conflict lose their transaction.
+                    if matches!(error.number, 1205 | 3960) {
                         self.rollback(session);
                     }
                     outcome.error = Some(error);
@@ -274,6 +317,35 @@ impl Engine {
             }
         }
         outcome
+    }
+
+    /// Runs a statement; one stopped by another transaction's row lock is retried (its partial
+    /// work undone) until the lock is released, `LOCK_TIMEOUT` runs out (1222), or the wait
+    /// closes a cycle of waiting transactions (1205: this session is the victim).
+    fn statement_waiting(&self, session: &mut Session, statement: &Stmt, params: &HashMap<String, Value>) -> SqlResult<Vec<Output>> {
+        let started = Instant::now();
+        let waiter = session.txn.as_ref().map(|txn| txn.tran_id);
+        let result = loop {
+            match self.statement(session, statement, params) {
+                Err(SqlError { blocked_by: Some(holder), .. }) => {
+                    if let Some(waiter) = waiter
+                        && self.with_db(|db| db.wait_for(waiter, holder))
+                    {
+                        break Err(SqlError::deadlock_victim(session.spid));
+                    }
+                    let timeout = u64::try_from(session.lock_timeout_ms).ok().map(Duration::from_millis);
+                    if timeout.is_some_and(|timeout| started.elapsed() >= timeout) {
+                        break Err(SqlError::lock_timeout());
+                    }
+                    std::thread::sleep(LOCK_POLL);
+                }
+                other => break other,
+            }
+        };
+        if let Some(waiter) = waiter {
+            self.with_db(|db| db.stop_waiting(waiter));
+        }
+        result
     }
 
     fn rollback(&self, session: &mut Session) {
@@ -292,10 +364,24 @@ impl Engine {
             Stmt::AlterColumn { table, column, data_type, nullable, text } => {
                 return self.write(&mut db, session, |db, txn| ddl::alter_column(db, txn, table, column, data_type, *nullable, text).map(|()| vec![Output::Done]));
             }
+            Stmt::AlterDatabase { option, on } => {
+                match option.as_str() {
+                    "ALLOW_SNAPSHOT_ISOLATION" => db.allow_snapshot_isolation = *on,
+                    "READ_COMMITTED_SNAPSHOT" => db.read_committed_snapshot = *on,
+                    other => return Err(SqlError::unsupported(&format!("ALTER DATABASE SET {other}"))),
+                }
+                return Ok(vec![Output::Done]);
+            }
         };
+        if matches!(statement, Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)) {
+            // A SNAPSHOT transaction's snapshot starts with its first statement that touches
+            // data; its writes then check for update conflicts.
+            db.read_view(session.txn.as_mut(), session.isolation)?;
+        }
         match statement {
             Statement::Query(query) => {
-                let ctx = Ctx { db: &db, params, session: info };
+                let view = db.read_view(session.txn.as_mut(), session.isolation)?;
+                let ctx = Ctx { db: &db, params, session: info, view };
                 Ok(vec![Output::Rows(query::run(query, &ctx)?)])
             }
             Statement::Insert(insert) => self.write(&mut db, session, |db, txn| dml::insert(db, txn, insert, params, info).map(|n| vec![Output::Count(n)])),
@@ -350,7 +436,7 @@ impl Engine {
                     };
                     let value = match &declare.assignment {
                         Some(sqlparser::ast::DeclareAssignment::Expr(e) | sqlparser::ast::DeclareAssignment::Default(e)) => {
-                            let ctx = Ctx { db: &db, params, session: info };
+                            let ctx = Ctx { db: &db, params, session: info, view: ReadView::Dirty };
                             Compiler { scope: &[], params, session: info, aggs: None }.compile(e)?.eval(&[], &[], &ctx)?.cast(ty)?
                         }
                         _ => Value::Null,

@@ -4,17 +4,18 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use sqlparser::ast::{BinaryOperator, Expr, Set, SetSessionParamKind, Statement};
+use sqlparser::ast::{BinaryOperator, Expr, Set, SetSessionParamKind, Statement, TransactionIsolationLevel, TransactionMode};
 
 use super::expr::{object_name, Compiler, Ctx, SessionInfo};
 use super::{ColumnMeta, Engine, Output, ResultSet, Session};
 use crate::cdc::{CaptureInstance, CapturedColumn};
-use crate::db::Database;
+use crate::db::{Database, Isolation};
 use crate::error::{SqlError, SqlResult};
 use crate::fault::Fault;
 use mssql_cdc_types::lsn::Lsn;
 use crate::types::{Len, SqlType, SYSNAME};
 use crate::value::Value;
+use crate::versions::ReadView;
 
 /// Whether a statement calls one of the simulator's own procedures (exempt from faults).
 pub fn is_simulator_procedure(statement: &Statement) -> bool {
@@ -33,7 +34,7 @@ struct Args {
 
 impl Args {
     fn parse(procedure: &str, db: &Database, exprs: &[Expr], params: &HashMap<String, Value>, session: SessionInfo) -> SqlResult<Self> {
-        let ctx = Ctx { db, params, session };
+        let ctx = Ctx { db, params, session, view: ReadView::Dirty };
         let eval = |expr: &Expr| -> SqlResult<Value> { Compiler { scope: &[], params, session, aggs: None }.compile(expr)?.eval(&[], &[], &ctx) };
         let mut named = HashMap::new();
         let mut positional = Vec::new();
@@ -426,7 +427,18 @@ pub fn set_statement(session: &mut Session, set: &Set) -> SqlResult<()> {
             }
             Ok(())
         }
-        Set::SetTransaction { .. } => Ok(()),
+        Set::SetTransaction { modes, .. } => {
+            for mode in modes {
+                if let TransactionMode::IsolationLevel(level) = mode {
+                    session.isolation = match level {
+                        TransactionIsolationLevel::ReadUncommitted => Isolation::ReadUncommitted,
+                        TransactionIsolationLevel::Snapshot => Isolation::Snapshot,
+                        TransactionIsolationLevel::ReadCommitted | TransactionIsolationLevel::RepeatableRead | TransactionIsolationLevel::Serializable => Isolation::ReadCommitted,
+                    };
+                }
+            }
+            Ok(())
+        }
         Set::SingleAssignment { variable, values, .. } => {
             let name = object_name(variable).join(".").to_ascii_lowercase();
             let Some((ty, _)) = session.variables.get(&name).cloned() else {

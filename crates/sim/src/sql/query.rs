@@ -13,6 +13,13 @@ use crate::error::{SqlError, SqlResult};
 use crate::table::RowKey;
 use crate::types::SqlType;
 use crate::value::{arithmetic, sort_order, Arith, Value};
+use crate::versions::ReadView;
+
+/// An ORDER BY item: an output column, or an expression over the source.
+enum SortKey {
+    Output(usize),
+    Expr(CExpr),
+}
 
 /// Runs a query.
 pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
@@ -51,13 +58,95 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
         None => None,
     };
 
+    // Projection (wildcards expanded), aggregates, grouping.
+    let mut aggs: Vec<AggCall> = Vec::new();
+    let mut outputs: Vec<(String, CExpr)> = Vec::new();
+    for item in &select.projection {
+        match item {
+            SelectItem::Wildcard(_) => {
+                if scope.is_empty() {
+                    return Err(SqlError::new(263, 16, "Must specify table to select from."));
+                }
+                outputs.extend(scope.iter().enumerate().map(|(i, c)| (c.name.clone(), CExpr::Column(i))));
+            }
+            SelectItem::QualifiedWildcard(kind, _) => {
+                let qualifier = kind.to_string().to_ascii_lowercase();
+                let before = outputs.len();
+                outputs.extend(
+                    scope
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, c)| c.qualifiers.contains(&qualifier))
+                        .map(|(i, c)| (c.name.clone(), CExpr::Column(i))),
+                );
+                if outputs.len() == before {
+                    return Err(SqlError::new(4104, 16, format!("The multi-part identifier \"{qualifier}\" could not be bound.")));
+                }
+            }
+            SelectItem::UnnamedExpr(expr) => {
+                let compiled = Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: Some(&mut aggs) }.compile(expr)?;
+                outputs.push((column_name(expr), compiled));
+            }
+            SelectItem::ExprWithAliases { .. } => return Err(SqlError::unsupported("several aliases for one select item")),
+            SelectItem::ExprWithAlias { expr, alias } => {
+                let compiled = Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: Some(&mut aggs) }.compile(expr)?;
+                outputs.push((alias.value.clone(), compiled));
+            }
+        }
+    }
+    let group_by: Vec<CExpr> = match &select.group_by {
+        GroupByExpr::Expressions(exprs, _) => exprs
+            .iter()
+            .map(|e| Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: None }.compile(e))
+            .collect::<SqlResult<_>>()?,
+        GroupByExpr::All(_) => return Err(SqlError::unsupported("GROUP BY ALL")),
+    };
+    let having = match &select.having {
+        Some(expr) => Some(Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: Some(&mut aggs) }.compile(expr)?),
+        None => None,
+    };
+
+    // ORDER BY: output alias, ordinal, or an expression over the source.
+    let mut sort: Vec<(SortKey, bool)> = Vec::new();
+    if let Some(order_by) = &query.order_by {
+        let OrderByKind::Expressions(items) = &order_by.kind else {
+            return Err(SqlError::unsupported("ORDER BY ALL"));
+        };
+        for item in items {
+            let ascending = item.options.asc.unwrap_or(true);
+            let key = match &item.expr {
+                Expr::Value(value) if matches!(value.value, ast::Value::Number(..)) => {
+                    let ordinal: usize = value.value.to_string().parse().map_err(|_| SqlError::syntax("ORDER BY position"))?;
+                    if ordinal == 0 || ordinal > outputs.len() {
+                        return Err(SqlError::new(108, 16, format!("The ORDER BY position number {ordinal} is out of range of the number of items in the select list.")));
+                    }
+                    SortKey::Output(ordinal - 1)
+                }
+                Expr::Identifier(ident) if outputs.iter().any(|(name, _)| name.eq_ignore_ascii_case(&ident.value)) && {
+                    // An alias wins only when the name is not also a source column.
+                    Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: None }.resolve(std::slice::from_ref(&ident.value)).is_err()
+                        || outputs.iter().any(|(name, e)| name.eq_ignore_ascii_case(&ident.value) && !matches!(e, CExpr::Column(_)))
+                } => SortKey::Output(outputs.iter().position(|(name, _)| name.eq_ignore_ascii_case(&ident.value)).unwrap_or(0)),
+                expr => SortKey::Expr(Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: Some(&mut aggs) }.compile(expr)?),
+            };
+            sort.push((key, ascending));
+        }
+    }
+
+    let aggregated = !aggs.is_empty() || !group_by.is_empty();
     if single {
         let source = &compiler_scope_sources[0];
         let range = match (source.key_column, &where_clause) {
             (Some(key), Some(filter)) => key_range(filter, key, ctx)?,
             _ => None,
         };
-        rows = source.scan(range.as_ref())?;
+        // Rows come in key order: a TOP that needs no other order stops the scan early.
+        let early = !aggregated && having.is_none() && select.distinct.is_none() && in_key_order(&sort, &outputs, &source.key_columns());
+        let limit = if early { top_limit(select, ctx)?.unwrap_or(usize::MAX) } else { usize::MAX };
+        rows = match &where_clause {
+            Some(filter) => source.scan_until(range.as_ref(), &mut |row| Ok(truth(&filter.eval(row, &[], ctx)?) == Some(true)), limit)?,
+            None => source.scan_until(range.as_ref(), &mut |_| Ok(true), limit)?,
+        };
     } else if !compiler_scope_sources.is_empty() {
         let mut offset = 0;
         let mut source_index = 0;
@@ -119,7 +208,7 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
         }
     }
 
-    if let Some(filter) = &where_clause {
+    if let (Some(filter), false) = (&where_clause, single) {
         let mut kept = Vec::with_capacity(rows.len());
         for row in rows {
             if truth(&filter.eval(&row, &[], ctx)?) == Some(true) {
@@ -129,86 +218,6 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
         rows = kept;
     }
 
-    // Projection (wildcards expanded), aggregates, grouping.
-    let mut aggs: Vec<AggCall> = Vec::new();
-    let mut outputs: Vec<(String, CExpr)> = Vec::new();
-    for item in &select.projection {
-        match item {
-            SelectItem::Wildcard(_) => {
-                if scope.is_empty() {
-                    return Err(SqlError::new(263, 16, "Must specify table to select from."));
-                }
-                outputs.extend(scope.iter().enumerate().map(|(i, c)| (c.name.clone(), CExpr::Column(i))));
-            }
-            SelectItem::QualifiedWildcard(kind, _) => {
-                let qualifier = kind.to_string().to_ascii_lowercase();
-                let before = outputs.len();
-                outputs.extend(
-                    scope
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, c)| c.qualifiers.contains(&qualifier))
-                        .map(|(i, c)| (c.name.clone(), CExpr::Column(i))),
-                );
-                if outputs.len() == before {
-                    return Err(SqlError::new(4104, 16, format!("The multi-part identifier \"{qualifier}\" could not be bound.")));
-                }
-            }
-            SelectItem::UnnamedExpr(expr) => {
-                let compiled = Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: Some(&mut aggs) }.compile(expr)?;
-                outputs.push((column_name(expr), compiled));
-            }
-            SelectItem::ExprWithAliases { .. } => return Err(SqlError::unsupported("several aliases for one select item")),
-            SelectItem::ExprWithAlias { expr, alias } => {
-                let compiled = Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: Some(&mut aggs) }.compile(expr)?;
-                outputs.push((alias.value.clone(), compiled));
-            }
-        }
-    }
-    let group_by: Vec<CExpr> = match &select.group_by {
-        GroupByExpr::Expressions(exprs, _) => exprs
-            .iter()
-            .map(|e| Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: None }.compile(e))
-            .collect::<SqlResult<_>>()?,
-        GroupByExpr::All(_) => return Err(SqlError::unsupported("GROUP BY ALL")),
-    };
-    let having = match &select.having {
-        Some(expr) => Some(Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: Some(&mut aggs) }.compile(expr)?),
-        None => None,
-    };
-
-    // ORDER BY: output alias, ordinal, or an expression over the source.
-    enum SortKey {
-        Output(usize),
-        Expr(CExpr),
-    }
-    let mut sort: Vec<(SortKey, bool)> = Vec::new();
-    if let Some(order_by) = &query.order_by {
-        let OrderByKind::Expressions(items) = &order_by.kind else {
-            return Err(SqlError::unsupported("ORDER BY ALL"));
-        };
-        for item in items {
-            let ascending = item.options.asc.unwrap_or(true);
-            let key = match &item.expr {
-                Expr::Value(value) if matches!(value.value, ast::Value::Number(..)) => {
-                    let ordinal: usize = value.value.to_string().parse().map_err(|_| SqlError::syntax("ORDER BY position"))?;
-                    if ordinal == 0 || ordinal > outputs.len() {
-                        return Err(SqlError::new(108, 16, format!("The ORDER BY position number {ordinal} is out of range of the number of items in the select list.")));
-                    }
-                    SortKey::Output(ordinal - 1)
-                }
-                Expr::Identifier(ident) if outputs.iter().any(|(name, _)| name.eq_ignore_ascii_case(&ident.value)) && {
-                    // An alias wins only when the name is not also a source column.
-                    Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: None }.resolve(std::slice::from_ref(&ident.value)).is_err()
-                        || outputs.iter().any(|(name, e)| name.eq_ignore_ascii_case(&ident.value) && !matches!(e, CExpr::Column(_)))
-                } => SortKey::Output(outputs.iter().position(|(name, _)| name.eq_ignore_ascii_case(&ident.value)).unwrap_or(0)),
-                expr => SortKey::Expr(Compiler { scope: &scope, params: ctx.params, session: ctx.session, aggs: Some(&mut aggs) }.compile(expr)?),
-            };
-            sort.push((key, ascending));
-        }
-    }
-
-    let aggregated = !aggs.is_empty() || !group_by.is_empty();
     // Each output row with the source row and aggregate values it came from (for ORDER BY).
     let mut produced: Vec<(Vec<Value>, Vec<Value>, Vec<Value>)> = Vec::new();
     if aggregated {
@@ -271,21 +280,7 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
         produced = keyed.into_iter().map(|(_, entry)| entry).collect();
     }
 
-    if let Some(top) = &select.top {
-        if top.percent {
-            return Err(SqlError::unsupported("TOP PERCENT"));
-        }
-        let limit = match &top.quantity {
-            Some(TopQuantity::Constant(n)) => *n as usize,
-            Some(TopQuantity::Expr(expr)) => {
-                let compiled = Compiler { scope: &[], params: ctx.params, session: ctx.session, aggs: None }.compile(expr)?;
-                match compiled.eval(&[], &[], ctx)?.cast(SqlType::BigInt)? {
-                    Value::Int(n) if n >= 0 => n as usize,
-                    _ => return Err(SqlError::new(1014, 15, "A TOP N or FETCH rows count value may not be negative.")),
-                }
-            }
-            None => usize::MAX,
-        };
+    if let Some(limit) = top_limit(select, ctx)? {
         produced.truncate(limit);
     }
 
@@ -303,10 +298,48 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
     Ok(ResultSet { columns, rows: produced.into_iter().map(|(output, _, _)| output).collect() })
 }
 
+/// `TOP n`'s row count, if the select has one.
+fn top_limit(select: &ast::Select, ctx: &Ctx<'_>) -> SqlResult<Option<usize>> {
+    let Some(top) = &select.top else { return Ok(None) };
+    if top.percent {
+        return Err(SqlError::unsupported("TOP PERCENT"));
+    }
+    Ok(Some(match &top.quantity {
+        Some(TopQuantity::Constant(n)) => usize::try_from(*n).unwrap_or(usize::MAX),
+        Some(TopQuantity::Expr(expr)) => {
+            let compiled = Compiler { scope: &[], params: ctx.params, session: ctx.session, aggs: None }.compile(expr)?;
+            match compiled.eval(&[], &[], ctx)?.cast(SqlType::BigInt)? {
+                Value::Int(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
+                _ => return Err(SqlError::new(1014, 15, "A TOP N or FETCH rows count value may not be negative.")),
+            }
+        }
+        None => usize::MAX,
+    }))
+}
+
+/// Whether an ORDER BY (none, or ascending over a prefix of the clustered key) is met by the
+/// key order a base table's scan produces.
+fn in_key_order(sort: &[(SortKey, bool)], outputs: &[(String, CExpr)], key: &[usize]) -> bool {
+    sort.len() <= key.len()
+        && sort.iter().zip(key).all(|((sort_key, ascending), key_column)| {
+            let column = match sort_key {
+                SortKey::Expr(CExpr::Column(i)) => Some(*i),
+                SortKey::Output(o) => match outputs.get(*o) {
+                    Some((_, CExpr::Column(i))) => Some(*i),
+                    _ => None,
+                },
+                SortKey::Expr(_) => None,
+            };
+            *ascending && column == Some(*key_column)
+        })
+}
+
 fn open<'a>(factor: &TableFactor, ctx: &Ctx<'a>) -> SqlResult<Source<'a>> {
     match factor {
-        TableFactor::Table { name, alias, args, .. } => {
+        TableFactor::Table { name, alias, args, with_hints, .. } => {
             let parts = object_name(name);
+            let dirty = with_hints.iter().any(|hint| matches!(hint.to_string().to_ascii_uppercase().as_str(), "NOLOCK" | "READUNCOMMITTED"));
+            let view = if dirty { ReadView::Dirty } else { ctx.view };
             let arguments = match args {
                 Some(args) => {
                     let mut values = Vec::new();
@@ -323,7 +356,7 @@ fn open<'a>(factor: &TableFactor, ctx: &Ctx<'a>) -> SqlResult<Source<'a>> {
                 }
                 None => None,
             };
-            Source::open(ctx.db, &parts, arguments, alias.as_ref().map(|a| a.name.value.as_str()))
+            Source::open(ctx.db, &parts, arguments, alias.as_ref().map(|a| a.name.value.as_str()), view)
         }
         TableFactor::NestedJoin { .. } => Err(SqlError::unsupported("parenthesised joins")),
         TableFactor::Derived { .. } => Err(SqlError::unsupported("derived tables")),

@@ -12,6 +12,7 @@ use mssql_cdc_types::lsn::Lsn;
 use crate::table::{RowKey, Table};
 use crate::types::{Len, SqlType, SYSNAME};
 use crate::value::{sort_order, Value};
+use crate::versions::ReadView;
 
 /// A range on a source's leading key column.
 pub type KeyRange = (Bound<Value>, Bound<Value>);
@@ -32,6 +33,8 @@ pub struct Source<'a> {
     pub key_column: Option<usize>,
     kind: Kind<'a>,
     db: &'a Database,
+    /// How a base table's rows are read.
+    view: ReadView,
 }
 
 fn col(name: &str, ty: SqlType, nullable: bool) -> (String, SqlType, bool) {
@@ -98,7 +101,7 @@ fn lsn(value: Lsn) -> Value {
 impl<'a> Source<'a> {
     /// Describes the source named `parts` (`[schema.]name`), with table-valued function
     /// arguments when called as one.
-    pub fn open(db: &'a Database, parts: &[String], args: Option<Vec<Value>>, alias: Option<&str>) -> SqlResult<Self> {
+    pub fn open(db: &'a Database, parts: &[String], args: Option<Vec<Value>>, alias: Option<&str>, view: ReadView) -> SqlResult<Self> {
         let display = parts.join(".");
         let lower: Vec<String> = parts.iter().map(|p| p.to_ascii_lowercase()).collect();
         let (schema, name) = match lower.as_slice() {
@@ -121,6 +124,7 @@ impl<'a> Source<'a> {
             key_column,
             kind,
             db,
+            view,
         };
         if let Some(args) = args {
             let function = name.strip_prefix("fn_cdc_get_all_changes_").filter(|_| schema == "cdc");
@@ -291,6 +295,11 @@ impl<'a> Source<'a> {
             }
             _ => {
                 let table = db.table(Some(&schema), &name).ok_or_else(|| SqlError::invalid_object(&display))?;
+                if let ReadView::AsOf { seq, .. } = view
+                    && seq < table.versions.defined_at
+                {
+                    return Err(SqlError::snapshot_ddl_changed(&db.config.database));
+                }
                 let columns = table.columns.iter().map(|c| (c.name.clone(), c.ty, c.nullable)).collect();
                 let key_column = table.key.first().copied();
                 Ok(make(columns, key_column, Kind::Table(table), &name))
@@ -298,18 +307,78 @@ impl<'a> Source<'a> {
         }
     }
 
+    /// The positions of a base table's clustered-key columns (none for other sources).
+    pub fn key_columns(&self) -> Vec<usize> {
+        match &self.kind {
+            Kind::Table(table) => table.key.clone(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Reads the rows, seeking `range` on the key column when one is given.
     pub fn scan(&self, range: Option<&KeyRange>) -> SqlResult<Vec<Vec<Value>>> {
-        let within_high = |value: &Value| match range.map(|r| &r.1) {
-            Some(Bound::Included(high)) => sort_order(value, high) != std::cmp::Ordering::Greater,
-            Some(Bound::Excluded(high)) => sort_order(value, high) == std::cmp::Ordering::Less,
-            _ => true,
+        self.scan_until(range, &mut |_| Ok(true), usize::MAX)
+    }
+
+    /// Reads the rows `keep` accepts, seeking `range` on the key column when one is given, and
+    /// stops a base table's scan once `limit` rows are kept (its rows come in key order).
+    pub fn scan_until(&self, range: Option<&KeyRange>, keep: &mut dyn FnMut(&[Value]) -> SqlResult<bool>, limit: usize) -> SqlResult<Vec<Vec<Value>>> {
+        if let Kind::Table(table) = &self.kind {
+            return self.scan_table(table, range, keep, limit);
+        }
+        let mut rows = self.scan_other(range)?;
+        let mut kept = Vec::new();
+        for row in rows.drain(..) {
+            if kept.len() >= limit {
+                break;
+            }
+            if keep(&row)? {
+                kept.push(row);
+            }
+        }
+        Ok(kept)
+    }
+
+    fn scan_table(&self, table: &Table, range: Option<&KeyRange>, keep: &mut dyn FnMut(&[Value]) -> SqlResult<bool>, limit: usize) -> SqlResult<Vec<Vec<Value>>> {
+        let (low, high) = match range {
+            Some((low, high)) => (Some(low), Some(high)),
+            None => (None, None),
         };
-        let above_low = |value: &Value| match range.map(|r| &r.0) {
-            Some(Bound::Included(low)) => sort_order(value, low) != std::cmp::Ordering::Less,
-            Some(Bound::Excluded(low)) => sort_order(value, low) == std::cmp::Ordering::Greater,
-            _ => true,
+        let start = match low {
+            Some(Bound::Included(low) | Bound::Excluded(low)) if table.key.len() == 1 => Bound::Included(RowKey(vec![low.clone()])),
+            _ => Bound::Unbounded,
         };
+        let key_index = self.key_column;
+        let width = table.columns.len();
+        let mut kept = Vec::new();
+        for row in table.versions.scan(&table.rows, start, self.view) {
+            let row = row.map_err(SqlError::blocked)?;
+            if let (Some(k), Some(low)) = (key_index, low)
+                && !above(&row[k], low)
+            {
+                continue;
+            }
+            if let (Some(k), Some(high)) = (key_index, high)
+                && !below(&row[k], high)
+            {
+                break;
+            }
+            // An image kept from before an ALTER TABLE has the old width.
+            let mut row = row.clone();
+            row.resize(width, Value::Null);
+            if keep(&row)? {
+                kept.push(row);
+                if kept.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(kept)
+    }
+
+    fn scan_other(&self, range: Option<&KeyRange>) -> SqlResult<Vec<Vec<Value>>> {
+        let within_high = |value: &Value| range.is_none_or(|(_, high)| below(value, high));
+        let above_low = |value: &Value| range.is_none_or(|(low, _)| above(value, low));
         let lsn_low = |range: Option<&KeyRange>| -> Lsn {
             match range.map(|r| &r.0) {
                 Some(Bound::Included(Value::Binary(b)) | Bound::Excluded(Value::Binary(b))) if b.len() == 10 => Lsn::from_bytes(b).unwrap_or(Lsn::ZERO),
@@ -317,21 +386,7 @@ impl<'a> Source<'a> {
             }
         };
         Ok(match &self.kind {
-            Kind::Table(table) => {
-                let start = match range.map(|r| &r.0) {
-                    Some(Bound::Included(low) | Bound::Excluded(low)) if table.key.len() == 1 => Bound::Included(RowKey(vec![low.clone()])),
-                    _ => Bound::Unbounded,
-                };
-                let key_index = self.key_column;
-                table
-                    .rows
-                    .range((start, Bound::Unbounded))
-                    .map(|(_, row)| row)
-                    .skip_while(|row| key_index.is_some_and(|k| !above_low(&row[k])))
-                    .take_while(|row| key_index.is_none_or(|k| within_high(&row[k])))
-                    .cloned()
-                    .collect()
-            }
+            Kind::Table(table) => self.scan_table(table, range, &mut |_| Ok(true), usize::MAX)?,
             Kind::ChangeTable(instance) => instance
                 .rows
                 .range((lsn_low(range), Lsn::ZERO, 0)..)
@@ -375,6 +430,24 @@ impl<'a> Source<'a> {
                 .collect(),
             Kind::Rows(rows) => rows.clone(),
         })
+    }
+}
+
+/// Whether `value` is within a range's low bound.
+fn above(value: &Value, low: &Bound<Value>) -> bool {
+    match low {
+        Bound::Included(low) => sort_order(value, low) != std::cmp::Ordering::Less,
+        Bound::Excluded(low) => sort_order(value, low) == std::cmp::Ordering::Greater,
+        Bound::Unbounded => true,
+    }
+}
+
+/// Whether `value` is within a range's high bound.
+fn below(value: &Value, high: &Bound<Value>) -> bool {
+    match high {
+        Bound::Included(high) => sort_order(value, high) != std::cmp::Ordering::Greater,
+        Bound::Excluded(high) => sort_order(value, high) == std::cmp::Ordering::Less,
+        Bound::Unbounded => true,
     }
 }
 

@@ -182,7 +182,7 @@ async fn converse(sim: &Simulator, stream: &mut TcpStream, session: &mut Session
                 packet_size = if login.packet_size == 0 { 4096 } else { (login.packet_size as usize).clamp(512, 32_767) };
                 let current = if login.database.is_empty() { database.clone() } else { login.database.clone() };
                 response.env_text(1, &current, "master");
-                response.message(&SqlError { number: 5701, state: 2, class: 0, message: format!("Changed database context to '{current}'.") }, SERVER_NAME);
+                response.message(&SqlError { number: 5701, state: 2, class: 0, message: format!("Changed database context to '{current}'."), blocked_by: None }, SERVER_NAME);
                 response.env_collation();
                 response.env_text(2, "us_english", "");
                 response.login_ack();
