@@ -84,8 +84,11 @@ try:
     # One batch-type row per batch: `batch` or `heartbeat`; event rows (data_skipped, ...) aside.
     out["batches"] = [[r["batch_id"], text(r["start_lsn"]), text(r["end_lsn"]), r["rows"]]
                       for r in f if r["app_id"] == app_id and r["event"] in ("batch", "heartbeat")]
+    out["events"] = [[r["batch_id"], r["event"], r["rows"]]
+                     for r in f if r["app_id"] == app_id and r["event"] not in ("batch", "heartbeat")]
 except Exception as e:
     out["batches"] = []
+    out["events"] = []
     out["errors"].append("facts: %s" % e)
 
 if mode == "full":
@@ -136,6 +139,8 @@ struct Observed {
     errors: Vec<String>,
     /// The bronze sink's batch-type facts rows, in the order read.
     batches: Vec<FactsBatch>,
+    /// Its event rows: (batch_id, event, rows).
+    events: Vec<(i64, String, i64)>,
     /// Bronze's (start_lsn, seqval, operation) (`full` only).
     changes: Vec<Coordinates>,
     /// Silver's control row: the last bronze batch applied (-1 when there is none).
@@ -159,6 +164,7 @@ fn observe(lake: &Lake, full: bool) -> Observed {
     Observed {
         errors: value["errors"].as_array().unwrap().iter().map(text).collect(),
         batches: value["batches"].as_array().unwrap().iter().map(|b| (int(&b[0]), text(&b[1]), text(&b[2]), int(&b[3]))).collect(),
+        events: value["events"].as_array().unwrap().iter().map(|e| (int(&e[0]), text(&e[1]), int(&e[2]))).collect(),
         changes: value["changes"].as_array().map(|c| c.iter().map(|c| (text(&c[0]), text(&c[1]), int(&c[2]))).collect()).unwrap_or_default(),
         applied_batch: control.first().and_then(|c| c["applied_batch"].as_i64()).unwrap_or(-1),
         finalized_until: control
@@ -235,8 +241,9 @@ fn assert_same_multiset<T: Ord + Clone + Debug>(what: &str, expected: &[T], foun
 /// The end-to-end equalities, on one [`observe`] read taken after everything caught up:
 ///
 /// - silver equals `orders` (the simulator's table) on every compared column;
-/// - bronze holds exactly the changes of `truth` (the change table): nothing missing,
-///   nothing extra, nothing twice;
+/// - bronze holds exactly the changes of `truth` (every change the change table held) that
+///   the control records' batches cover, and every snapshot row they announce (operation 0 at
+///   the snapshot's LSN): nothing missing, nothing extra, nothing twice;
 /// - the bronze sink's facts rows tile the LSN range of `controls`: batch ids `0..n` without
 ///   gap or duplicate, each batch starting where the previous ended, the last ending at the
 ///   last control record's `to_lsn`, and their row counts summing to bronze's rows.
@@ -253,8 +260,25 @@ fn check_equalities(found: &Observed, controls: &[ControlRecord], truth: &[Coord
     assert_eq!(ids.len(), before, "silver holds each order_id once");
     assert_same_multiset("silver vs dbo.orders", orders, silver);
 
-    // Bronze = the change history.
-    assert_same_multiset("bronze (_start_lsn, _seqval, _operation) vs cdc.dbo_orders_CT", truth, &found.changes);
+    // Bronze = the change history the batches cover, plus the snapshots' rows.
+    let mut expected: Vec<Coordinates> = Vec::new();
+    for control in controls {
+        // A completion covers its range with the snapshot's rows, not with changes.
+        if control.events.iter().any(|e| matches!(e.name(), "bootstrap" | "resnapshot")) {
+            continue;
+        }
+        match control.open_snapshot() {
+            Some(snapshot) => {
+                let s = snapshot.lsn.to_string();
+                expected.extend(std::iter::repeat_n((s.clone(), s, 0), control.rows as usize));
+            }
+            None => {
+                let (from, to) = (control.from_lsn.to_string(), control.to_lsn.to_string());
+                expected.extend(truth.iter().filter(|c| c.0 > from && c.0 <= to).cloned());
+            }
+        }
+    }
+    assert_same_multiset("bronze (_start_lsn, _seqval, _operation) vs cdc.dbo_orders_CT and the snapshots", &expected, &found.changes);
 
     // Facts tile the LSN range.
     let mut batches = found.batches.clone();
@@ -334,11 +358,15 @@ struct Setup {
     worker_extra: &'static str,
     /// An S3 server (through a proxy) for the tables, else a local directory.
     s3: bool,
+    /// Orders `1..=preloaded` are in `dbo.orders` before CDC is enabled.
+    preloaded: u64,
+    /// Extra source connector lines (`bootstrap = true`, ...).
+    source_extra: &'static str,
 }
 
 impl Default for Setup {
     fn default() -> Self {
-        Self { start: Start::SourceFirst, worker_extra: "", s3: false }
+        Self { start: Start::SourceFirst, worker_extra: "", s3: false, preloaded: 0, source_extra: "" }
     }
 }
 
@@ -354,6 +382,13 @@ struct Pipeline {
     s3: Option<(S3Server, Proxy)>,
     /// Each stage's `/metrics`, scraped just before its clean stop.
     scraped: String,
+    /// Orders `1..=preloaded` were in the table before CDC.
+    preloaded: u64,
+    /// The source's worker and connector files (to start it again).
+    source_files: (std::path::PathBuf, std::path::PathBuf),
+    /// Change rows CDC cleanup purged, read before the purge: part of the history bronze
+    /// must hold.
+    purged: Vec<Coordinates>,
     dir: tempfile::TempDir,
 }
 
@@ -364,8 +399,9 @@ impl Pipeline {
         let sim = SimServer::start(&[]).unwrap();
         let broker = TestBroker::start().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let mut init = WorkloadProcess::spawn(sim.address, &dir.path().join("setup.log"), &["--setup", "--changes", "0", "--rate", "0"]).unwrap();
-        assert!(init.finish(Duration::from_secs(60)).unwrap().success(), "setup failed:\n{}", init.log());
+        let preloaded = setup.preloaded.to_string();
+        let mut init = WorkloadProcess::spawn(sim.address, &dir.path().join("setup.log"), &["--setup", "--changes", "0", "--rate", "0", "--preloaded", &preloaded]).unwrap();
+        assert!(init.finish(Duration::from_secs(600)).unwrap().success(), "setup failed:\n{}", init.log());
 
         let (lake, s3) = if setup.s3 {
             let server = S3Server::start("lake");
@@ -378,12 +414,13 @@ impl Pipeline {
         };
         let prefix = unique("e2e");
         let topic = format!("{prefix}.sales.dbo.orders");
-        let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "max_commits_per_batch = 50");
+        let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, &format!("max_commits_per_batch = 50\n{}", setup.source_extra));
         std::fs::write(&worker, format!("{}{}", std::fs::read_to_string(&worker).unwrap(), setup.worker_extra)).unwrap();
         let sinks = sink_worker(dir.path(), &broker);
         std::fs::write(&sinks, format!("{}{}", std::fs::read_to_string(&sinks).unwrap(), setup.worker_extra)).unwrap();
         let bronze_connector = bronze_file_in(dir.path(), &lake, "orders", &topic, BRONZE_APP, "");
         let silver_connector = silver_file_in(dir.path(), &lake, 20);
+        let source_files = (worker.clone(), connector.clone());
         let spawn = |which: usize| match which {
             SOURCE => spawn_stage(&worker, &connector, &[]),
             BRONZE => spawn_stage(&sinks, &bronze_connector, &[]),
@@ -405,14 +442,39 @@ impl Pipeline {
                 vec![spawn(SOURCE), bronze, silver]
             }
         };
-        Self { stages, broker, sim, topic, lake, s3, scraped: String::new(), dir }
+        Self { stages, broker, sim, topic, lake, s3, scraped: String::new(), preloaded: setup.preloaded, source_files, purged: Vec::new(), dir }
     }
 
     /// The main workload: `changes` changes at `rate` changes/s, concurrently with the stages.
     fn workload(&self, changes: u64, rate: u64, seed: u64) -> WorkloadProcess {
-        let (changes, rate, seed) = (changes.to_string(), rate.to_string(), seed.to_string());
-        let args = ["--changes", &changes, "--rate", &rate, "--seed", &seed, "--max-transaction-size", "10"];
+        let (changes, rate, seed, preloaded) = (changes.to_string(), rate.to_string(), seed.to_string(), self.preloaded.to_string());
+        let args = ["--changes", &changes, "--rate", &rate, "--seed", &seed, "--max-transaction-size", "10", "--preloaded", &preloaded];
         WorkloadProcess::spawn(self.sim.address, &self.dir.path().join("workload.log"), &args).unwrap()
+    }
+
+    /// Starts the source again (after [`Self::stop_source`]).
+    fn start_source(&mut self) {
+        self.stages[SOURCE] = spawn_stage(&self.source_files.0, &self.source_files.1, &[]);
+    }
+
+    /// Waits for the source to publish everything CDC holds, then stops it cleanly; returns its
+    /// last control record.
+    async fn stop_source(&mut self) -> ControlRecord {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        wait_caught_up(&self.broker.bootstrap, &self.topic, &self.sim.client_config(), &self.stages[SOURCE], CATCH_UP).await;
+        let status = self.stages[SOURCE].stop();
+        assert!(status.is_some_and(|s| s.success()), "the source did not exit cleanly on SIGTERM ({status:?}):\n{}", self.stages[SOURCE].logs());
+        controls(&self.broker.bootstrap, &self.topic).pop().expect("control records")
+    }
+
+    /// Runs CDC cleanup up to the server's maximum LSN, keeping the purged change rows for the
+    /// final check.
+    async fn purge_change_table(&mut self) {
+        let config = self.sim.client_config();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.purged.extend(truth(&config).await);
+        let low = support::source::max_lsn(&config).await;
+        support::source::exec(&config, &format!("EXEC sys.sp_cdc_cleanup_change_table @capture_instance = N'dbo_orders', @low_water_mark = {low}")).await;
     }
 
     /// Every stage's logs, for failure messages.
@@ -430,7 +492,7 @@ impl Pipeline {
     /// Waits for the workload to finish, for the source to publish everything and stop, and
     /// for bronze and silver to reach the last control record; then runs [`check_equalities`]
     /// on one full read.
-    async fn catch_up_and_check(&mut self, mut workload: WorkloadProcess, workload_timeout: Duration) {
+    async fn catch_up_and_check(&mut self, mut workload: WorkloadProcess, workload_timeout: Duration) -> (Observed, Vec<ControlRecord>) {
         match workload.finish(workload_timeout) {
             Ok(status) => assert!(status.success(), "the workload failed ({status}):\n{}\n{}", workload.log(), self.logs()),
             Err(error) => panic!("{error}\n{}", self.logs()),
@@ -468,7 +530,10 @@ impl Pipeline {
             tokio::time::sleep(Duration::from_millis(1000)).await;
         }
 
-        let truth = truth(&config).await;
+        let mut truth = truth(&config).await;
+        truth.extend(self.purged.iter().cloned());
+        truth.sort();
+        truth.dedup();
         let orders = orders(&self.sim).await;
         assert!(!truth.is_empty() && !orders.is_empty(), "the workload made changes");
         let found = observe(&self.lake, true);
@@ -485,6 +550,7 @@ impl Pipeline {
             controls.iter().filter(|c| c.rows > 0).count(),
             orders.len()
         );
+        (found, controls)
     }
 }
 
@@ -514,6 +580,171 @@ async fn the_whole_pipeline_as_processes_matches_the_simulator() {
         .filter(|name| sum(&pipeline.scraped, name).or_else(|| sum(&pipeline.scraped, &format!("{name}_count"))).is_none())
         .collect();
     assert!(missing.is_empty(), "declared metrics the stages never exported: {missing:?}\n{}", pipeline.scraped);
+}
+
+/// Bootstrap: a table holding rows from before CDC was enabled, changed by a workload while
+/// the snapshot reads it (inserts, updates, deletes, and key moves ahead of and behind the
+/// reader), ends with silver equal to the table over TDS, bronze holding each snapshot row
+/// once and every change after the snapshot's LSN exactly once, and facts recording the
+/// `snapshot_open` and the `bootstrap`. 20,000 rows here; `MSSQL_CDC_SNAPSHOT_ROWS=200000` for
+/// the issue's size.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_with_rows_from_before_cdc_bootstraps_into_silver() {
+    let rows = env_u64("MSSQL_CDC_SNAPSHOT_ROWS", 20_000);
+    let mut pipeline = Pipeline::start(Setup { preloaded: rows, source_extra: "bootstrap = true\nsnapshot_fetch_rows = 1000", ..Setup::default() });
+    let workload = pipeline.workload(4000, 1000, 11);
+    let (found, controls) = pipeline.catch_up_and_check(workload, Duration::from_secs(300)).await;
+    let opened: Vec<_> = controls.iter().filter(|c| c.events.iter().any(|e| e.name() == "snapshot_open")).collect();
+    assert_eq!(opened.len(), 1, "one snapshot opened");
+    let completed = controls.iter().position(|c| c.events.iter().any(|e| e.name() == "bootstrap")).expect("the bootstrap completed");
+    let snapshot = controls[completed].snapshot.clone().expect("the completion carries the snapshot");
+    assert!(snapshot.complete && snapshot.generation == 0);
+    assert_eq!(controls[completed].to_lsn, snapshot.lsn, "the completion moves the position to S");
+    assert!(controls[completed + 1..].iter().all(|c| c.from_lsn >= snapshot.lsn), "the stream goes on after S");
+    let snapshot_rows: u64 = controls.iter().filter(|c| c.open_snapshot().is_some()).map(|c| c.rows).sum();
+    assert_eq!(snapshot.rows_done, snapshot_rows);
+    assert!(snapshot_rows >= rows * 9 / 10, "the snapshot read the table ({snapshot_rows} of about {rows} rows)");
+    let mut events = found.events.clone();
+    events.sort();
+    let events: Vec<&str> = events.iter().map(|e| e.1.as_str()).collect();
+    assert_eq!(events, vec!["snapshot_open", "bootstrap"], "facts record the snapshot's opening and completion");
+    let bootstrap = found.events.iter().find(|e| e.1 == "bootstrap").unwrap();
+    assert_eq!(bootstrap.2, snapshot_rows as i64, "the bootstrap facts row counts the snapshot's rows");
+    for stage in &pipeline.stages {
+        assert_quiet(stage);
+    }
+}
+
+/// Data loss with `on_data_loss = "resnapshot"`: while the source is stopped, changes (deletes
+/// among them) are made and CDC cleanup purges them. The restarted source takes generation 1
+/// by a re-snapshot recording the lost range, and silver again equals the table over TDS,
+/// without the rows deleted inside the lost range; bronze keeps both generations. A second loss
+/// within `resnapshot_interval_days` stops the source with an error naming both.
+#[tokio::test(flavor = "multi_thread")]
+async fn data_loss_is_repaired_by_a_resnapshot_in_a_new_generation() {
+    let mut pipeline = Pipeline::start(Setup { preloaded: 3000, source_extra: "on_data_loss = \"resnapshot\"\nsnapshot_fetch_rows = 700", ..Setup::default() });
+    let config = pipeline.sim.client_config();
+    // Generation 0 streams the changes of a first workload.
+    let mut first = pipeline.workload(1500, 1500, 21);
+    assert!(first.finish(Duration::from_secs(120)).unwrap().success(), "{}", first.log());
+    let before = pipeline.stop_source().await;
+    assert_eq!(before.generation, 0);
+
+    // While it is stopped: deletes, updates and inserts, then a purge of all of them.
+    let statements = [
+        "DELETE FROM dbo.orders WHERE order_id BETWEEN 1000 AND 1199",
+        "UPDATE dbo.orders SET status = N'lost', amount = 1.23 WHERE order_id BETWEEN 2000 AND 2099",
+        "INSERT INTO dbo.orders (order_id, customer_id, status, amount, currency, note, created_at, is_priority) VALUES (900001, 1, N'new', 9.99, 'EUR', NULL, SYSDATETIME(), 0), (900002, 2, N'new', 8.88, 'USD', N'x', SYSDATETIME(), 1)",
+    ];
+    for sql in statements {
+        support::source::exec(&config, sql).await;
+    }
+    pipeline.purge_change_table().await;
+
+    // The restart re-snapshots as generation 1; changes after its LSN follow.
+    pipeline.start_source();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    support::source::exec(&config, "UPDATE dbo.orders SET status = N'after' WHERE order_id BETWEEN 10 AND 19; DELETE FROM dbo.orders WHERE order_id BETWEEN 20 AND 29").await;
+    let done = pipeline.workload(0, 0, 23);
+    let (found, controls) = pipeline.catch_up_and_check(done, Duration::from_secs(60)).await;
+    let resnapshot = controls.iter().find(|c| c.events.iter().any(|e| e.name() == "resnapshot")).expect("a resnapshot completed");
+    let snapshot = resnapshot.snapshot.clone().unwrap();
+    assert_eq!((snapshot.generation, resnapshot.generation), (1, 1), "the re-snapshot starts generation 1");
+    let lost = snapshot.lost.clone().expect("the re-snapshot records the lost range");
+    assert_eq!(lost.from_lsn, before.to_lsn.increment(), "the lost range starts after the last batch read");
+    assert!(lost.from_ts.is_some() && lost.to_ts.is_some(), "the lost range has commit times: {lost:?}");
+    assert!(found.events.iter().any(|e| e.1 == "resnapshot"), "facts record the re-snapshot: {:?}", found.events);
+
+    // A second loss within resnapshot_interval_days stops the source, naming both.
+    support::source::exec(&config, "DELETE FROM dbo.orders WHERE order_id BETWEEN 30 AND 39").await;
+    pipeline.purge_change_table().await;
+    pipeline.start_source();
+    let status = pipeline.stages[SOURCE].process().wait(Duration::from_secs(60)).expect("the source stops on a second loss");
+    assert_eq!(status.code(), Some(1));
+    let log = pipeline.stages[SOURCE].log();
+    assert!(log.contains("again") && log.contains(&snapshot.lsn.to_string()) && log.contains("generation 1"), "the error names the loss and the re-snapshot before it:\n{log}");
+}
+
+/// A table without a unique index: the source streams it (records with the empty key) and
+/// snapshots it in order of `snapshot_keys`; bronze keeps every change; silver refuses to run
+/// without `keys`, naming the option, and with `keys` equals the table over TDS.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_without_a_unique_index_streams_and_snapshots_by_snapshot_keys() {
+    let sim = SimServer::start(&[]).unwrap();
+    let broker = TestBroker::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = sim.client_config();
+    let exec = |sql: String| {
+        let config = config.clone();
+        async move { support::source::exec(&config, &sql).await }
+    };
+    exec("CREATE TABLE dbo.orders (order_id bigint NOT NULL, status nvarchar(16) NOT NULL, amount int NULL)".into()).await;
+    for chunk in 0..5 {
+        let values: Vec<String> = (chunk * 100 + 1..=chunk * 100 + 100).map(|id| format!("({id}, N'new', {})", id % 7)).collect();
+        exec(format!("INSERT INTO dbo.orders VALUES {}", values.join(", "))).await;
+    }
+    exec("EXEC sys.sp_cdc_enable_db".into()).await;
+    exec("EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'orders', @role_name = NULL, @supports_net_changes = 0".into()).await;
+
+    let lake = Lake::local(dir.path());
+    let prefix = unique("heap");
+    let topic = format!("{prefix}.sales.dbo.orders");
+    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "bootstrap = true\nsnapshot_keys = [\"order_id\"]\nsnapshot_fetch_rows = 64");
+    let mut source = spawn_stage(&worker, &connector, &[]);
+    mssql_cdc_testkit::kafka::wait_for_topic(&broker.kafka(), &format!("{topic}.control"), Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", source.logs()));
+    for sql in [
+        "UPDATE dbo.orders SET status = N'paid', amount = 70 WHERE order_id BETWEEN 10 AND 40",
+        "DELETE FROM dbo.orders WHERE order_id BETWEEN 300 AND 330",
+        "INSERT INTO dbo.orders VALUES (1000, N'late', 1), (1001, N'late', NULL)",
+        "UPDATE dbo.orders SET order_id = 2000 WHERE order_id = 5",
+    ] {
+        exec(sql.into()).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    wait_caught_up(&broker.bootstrap, &topic, &config, &source, CATCH_UP).await;
+    assert!(source.stop().is_some_and(|s| s.success()), "{}", source.logs());
+    let controls = controls(&broker.bootstrap, &topic);
+    assert!(controls.iter().all(|c| c.schema.key.is_empty()), "the feed has no key");
+    assert!(controls.iter().any(|c| c.events.iter().any(|e| e.name() == "bootstrap")), "the snapshot completed");
+    let records = support::source::read_all(&broker.bootstrap, &topic);
+    assert!(records.iter().all(|r| r.key == b"{}"), "records carry the empty key");
+
+    let sinks = sink_worker(dir.path(), &broker);
+    let bronze = bronze_file_in(dir.path(), &lake, "orders", &topic, BRONZE_APP, "");
+    let mut bronze_stage = spawn_stage(&sinks, &bronze, &[]);
+    // Without `keys`, silver stops and says what to set.
+    let keyless = support::write_file(dir.path(), "keyless.toml", &mssql_cdc_testkit::files::silver_toml("orders-silver", "orders-bronze", "orders-silver-v1", &lake, ""));
+    let last = controls.last().unwrap().batch_id as i64;
+    let deadline = Instant::now() + CATCH_UP;
+    while observe(&lake, false).batches.iter().map(|b| b.0).max().unwrap_or(-1) < last {
+        assert!(Instant::now() < deadline, "bronze did not catch up:\n{}", bronze_stage.logs());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let refused = std::process::Command::new(support::bin()).arg("apply").arg(&keyless).output().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("set `keys`"), "silver names the missing keys: {stderr}");
+    let with_keys = support::write_file(dir.path(), "keyed.toml", &mssql_cdc_testkit::files::silver_toml("orders-silver", "orders-bronze", "orders-silver-v1", &lake, "keys = [\"order_id\"]"));
+    let applied = std::process::Command::new(support::bin()).arg("apply").arg(&with_keys).output().unwrap();
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    bronze_stage.stop();
+
+    let script = r#"
+import sys, json
+from deltalake import DeltaTable
+rows = DeltaTable(sys.argv[1]).to_pyarrow_table(columns=["order_id", "status", "amount"]).to_pylist()
+print(json.dumps(sorted([[r["order_id"], r["status"], r["amount"]] for r in rows], key=lambda r: r[0])))
+sys.stdout.flush()
+import os
+os._exit(0)
+"#;
+    let silver: Vec<(i64, String, Option<i64>)> = serde_json::from_str(run_python(script, &[&lake.table("silver")]).trim()).unwrap();
+    let mut table: Vec<(i64, String, Option<i64>)> = query_rows(&config, "SELECT order_id, status, amount FROM dbo.orders")
+        .await
+        .iter()
+        .map(|r| (r.get::<i64, _>(0).unwrap(), r.get::<&str, _>(1).unwrap().to_owned(), r.get::<i32, _>(2).map(i64::from)))
+        .collect();
+    table.sort();
+    assert_eq!(silver, table, "silver with keys = [order_id] equals the table");
 }
 
 /// Stages start in any order, as compose starts them: all three at once, and the sinks before
@@ -612,23 +843,45 @@ fn an_exhausted_retry_budget_stops_the_stage_naming_the_cause() {
 /// `MSSQL_CDC_CHAOS_KILLS=200 MSSQL_CDC_CHAOS_CHANGES=60000 scripts/test.sh --test pipeline the_pipeline_survives`.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_pipeline_survives_sigkills_of_every_stage() {
-    const MIN_KILLS_PER_STAGE: u32 = 5;
-    let kills = env_u64("MSSQL_CDC_CHAOS_KILLS", 24).max(3 * u64::from(MIN_KILLS_PER_STAGE));
-    let changes = env_u64("MSSQL_CDC_CHAOS_CHANGES", 6000).max(1);
+    let kills = env_u64("MSSQL_CDC_CHAOS_KILLS", 24);
+    let changes = env_u64("MSSQL_CDC_CHAOS_CHANGES", 6000);
+    chaos(Setup::default(), kills, changes, 5).await;
+}
+
+/// Chaos during a bootstrap: the table holds rows from before CDC (20,000 here,
+/// `MSSQL_CDC_CHAOS_SNAPSHOT_ROWS` to change it) read 200 at a time, so the first kills land
+/// while the snapshot is open. Nothing is lost or duplicated in bronze or silver, and the
+/// verdict never moves back (`MSSQL_CDC_CHAOS_SNAPSHOT_KILLS`, default 12).
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkills_during_a_bootstrap_lose_and_duplicate_nothing() {
+    let rows = env_u64("MSSQL_CDC_CHAOS_SNAPSHOT_ROWS", 20_000);
+    let kills = env_u64("MSSQL_CDC_CHAOS_SNAPSHOT_KILLS", 12);
+    let setup = Setup { preloaded: rows, source_extra: "bootstrap = true\nsnapshot_fetch_rows = 200", ..Setup::default() };
+    let (_, controls) = chaos(setup, kills, 2000, 3).await;
+    assert!(controls.iter().any(|c| c.events.iter().any(|e| e.name() == "bootstrap")), "the bootstrap completed");
+    assert_eq!(controls.iter().filter(|c| c.events.iter().any(|e| e.name() == "snapshot_open")).count(), 1, "the snapshot opened once across the kills");
+}
+
+/// The chaos run: `kills` SIGKILLs (each stage at least `min_per_stage`) at random moments while
+/// `changes` changes run; silver's verdict and position never move back across the kills, and
+/// the end-to-end equalities hold at the end.
+async fn chaos(setup: Setup, kills: u64, changes: u64, min_per_stage: u32) -> (Observed, Vec<ControlRecord>) {
+    let kills = kills.max(3 * u64::from(min_per_stage));
+    let changes = changes.max(1);
     // A kill takes about 0.8 s of downtime plus a 1.15 s pause on average (plus a read after a
     // silver kill): pace the workload to last about as long as the kills.
     let kill_seconds = kills as f64 * 2.2;
     let rate = ((changes as f64 / kill_seconds).ceil() as u64).max(1);
     let workload_timeout = Duration::from_secs_f64(kill_seconds * 3.0 + changes as f64 / rate as f64 * 2.0 + 120.0);
 
-    let mut pipeline = Pipeline::start(Setup::default());
+    let mut pipeline = Pipeline::start(setup);
     let workload = pipeline.workload(changes, rate, 3);
     eprintln!("chaos: {kills} kills, {changes} changes at {rate}/s");
 
     let mut rng = rand::rng();
     let mut previous = observe(&pipeline.lake, false);
     let mut done = 0u64;
-    let enough = |done: u64, stages: &[StageProcess]| done >= kills && stages.iter().all(|s| s.kills >= MIN_KILLS_PER_STAGE);
+    let enough = |done: u64, stages: &[StageProcess]| done >= kills && stages.iter().all(|s| s.kills >= min_per_stage);
     // Rounds over the three stages in a fresh random order each: every stage is killed about
     // equally often, at random moments.
     while !enough(done, &pipeline.stages) {
@@ -663,7 +916,8 @@ async fn the_pipeline_survives_sigkills_of_every_stage() {
     );
 
     // No more kills: everything catches up and the equalities hold.
-    pipeline.catch_up_and_check(workload, workload_timeout).await;
+    let checked = pipeline.catch_up_and_check(workload, workload_timeout).await;
     let last = observe(&pipeline.lake, false);
     assert!(last.finalized_until >= previous.finalized_until, "finalized_until moved back after the kills");
+    checked
 }

@@ -143,7 +143,7 @@ async fn cleanup_past_the_position_is_data_loss_or_data_skipped() {
     source.stop();
     let skipped: Vec<&Event> = after.iter().flat_map(|c| c.events.iter()).collect();
     assert_eq!(skipped.len(), 1, "one data_skipped event: {skipped:?}");
-    let Event::DataSkipped { from_lsn, to_lsn, certain } = skipped[0];
+    let Event::DataSkipped { from_lsn, to_lsn, certain } = skipped[0] else { panic!("a data_skipped event: {:?}", skipped[0]) };
     assert_eq!(from_lsn.to_string(), expected_from);
     assert!(*certain && to_lsn.to_string() < low, "skipped up to just below the low water mark {low}");
     let resumed = after.iter().find(|c| !c.events.is_empty()).unwrap();

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use mssql_cdc_sim::client::{password_from_env, BlockingClient, ClientConfig, DEFAULT_PASSWORD};
-use mssql_cdc_sim::workload::{create_orders, orders_backlog, SqlClient, Workload, WorkloadOptions};
+use mssql_cdc_sim::workload::{orders_backlog, SqlClient, Workload, WorkloadOptions, ORDERS_CDC, ORDERS_DDL};
 use mssql_cdc_sim::{tds, LocalClient, ServerZone, SimConfig, Simulator};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -88,6 +88,10 @@ struct WorkloadArgs {
     /// Create dbo.orders and enable CDC on it first.
     #[arg(long)]
     setup: bool,
+    /// dbo.orders holds orders 1..=N from before CDC was enabled: with --setup they are
+    /// inserted before CDC is enabled; the workload then changes them too.
+    #[arg(long, default_value_t = 0)]
+    preloaded: u64,
     #[command(flatten)]
     settings: ServerSettings,
 }
@@ -187,9 +191,18 @@ fn workload(args: WorkloadArgs) -> anyhow::Result<ExitCode> {
         (None, None) => unreachable!("one of the two is set"),
     };
     if args.setup || local.is_some() {
-        create_orders(client.as_mut()).map_err(|error| anyhow::anyhow!("setting up dbo.orders: {error}"))?;
+        let setup = |client: &mut dyn SqlClient| -> Result<(), mssql_cdc_sim::SqlError> {
+            client.execute(ORDERS_DDL, &[])?;
+            Workload::preload(client, args.preloaded, args.workload.seed.wrapping_add(1))?;
+            ORDERS_CDC.iter().try_for_each(|sql| client.execute(sql, &[]).map(|_| ()))
+        };
+        setup(client.as_mut()).map_err(|error| anyhow::anyhow!("setting up dbo.orders: {error}"))?;
+        if args.preloaded > 0 {
+            println!("dbo.orders preloaded with {} orders before CDC was enabled", args.preloaded);
+        }
     }
-    let report = Workload::new(args.workload, Vec::new()).run(client.as_mut())?;
+    let existing: Vec<i64> = (1..=i64::try_from(args.preloaded).unwrap_or(i64::MAX)).collect();
+    let report = Workload::new(args.workload, existing).run(client.as_mut())?;
     println!(
         "{} changes in {} transactions ({} statements, {} retries) in {:.2} s: {:.0} changes/s",
         report.changes,

@@ -21,6 +21,8 @@ pub struct KindEntry {
 macro_rules! kinds {
     ($($variant:ident($options:ty),)+) => {
         /// The validated settings of a loaded connector, by kind.
+        // One value per connector, made once at start: the variants' sizes do not matter.
+        #[allow(clippy::large_enum_variant)]
         #[derive(Clone, Debug)]
         pub enum ConnectorSettings {
             $(

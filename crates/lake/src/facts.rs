@@ -46,33 +46,54 @@ pub struct BatchFact {
     pub end_lsn: Option<String>,
     /// The commit time of its last commit.
     pub max_commit_ts: Option<DateTime<Utc>>,
+    /// Whether the batch completes a snapshot (its `bootstrap` or `resnapshot` event): silver
+    /// then drops what the snapshot did not hold, and `end_lsn` is the snapshot's LSN.
+    pub completes_snapshot: bool,
 }
+
+/// The facts events that complete a snapshot.
+pub const SNAPSHOT_COMPLETIONS: [&str; 2] = ["bootstrap", "resnapshot"];
 
 /// SQL over the facts table (registered as `facts`) selecting the batch-type rows with a
 /// batch id in `(after, up_to]`, in batch order; [`read_batch_facts`] reads its result.
 pub fn batch_facts_sql(after: i64, up_to: i64) -> String {
-    format!("SELECT target, batch_id, rows, end_lsn, max_commit_ts FROM facts WHERE batch_id > {after} AND batch_id <= {up_to} AND event IN ('batch', 'heartbeat') ORDER BY batch_id")
+    format!(
+        "SELECT target, batch_id, event, rows, end_lsn, max_commit_ts FROM facts WHERE batch_id > {after} AND batch_id <= {up_to} \
+         AND event IN ('batch', 'heartbeat', '{}', '{}') ORDER BY batch_id",
+        SNAPSHOT_COMPLETIONS[0], SNAPSHOT_COMPLETIONS[1]
+    )
 }
 
-/// The rows of a [`batch_facts_sql`] result. A column that is missing or of another type is
-/// an error naming it, never a panic.
+/// The rows of a [`batch_facts_sql`] result: one per batch, in the order read, each marked
+/// when an event row of the same target and batch completes a snapshot. A column that is
+/// missing or of another type is an error naming it, never a panic.
 pub fn read_batch_facts(batches: &[RecordBatch]) -> Result<Vec<BatchFact>, FactsError> {
     let mut facts = Vec::new();
+    let mut completions = Vec::new();
     for batch in batches {
         let targets = text(batch, "target")?;
         let ids = int64(batch, "batch_id")?;
+        let events = text(batch, "event")?;
         let rows = int64(batch, "rows")?;
         let lsns = text(batch, "end_lsn")?;
         let times = timestamp(batch, "max_commit_ts")?;
         for i in 0..batch.num_rows() {
+            if SNAPSHOT_COMPLETIONS.contains(&events.value(i)) {
+                completions.push((targets.value(i).to_owned(), ids.value(i)));
+                continue;
+            }
             facts.push(BatchFact {
                 target: targets.value(i).to_owned(),
                 batch_id: ids.value(i),
                 rows: rows.value(i),
                 end_lsn: (!lsns.is_null(i)).then(|| lsns.value(i).to_owned()),
                 max_commit_ts: (!times.is_null(i)).then(|| DateTime::from_timestamp_micros(times.value(i))).flatten(),
+                completes_snapshot: false,
             });
         }
+    }
+    for fact in &mut facts {
+        fact.completes_snapshot = completions.iter().any(|(target, id)| *id == fact.batch_id && *target == fact.target);
     }
     Ok(facts)
 }
@@ -183,10 +204,11 @@ pub fn facts_rows(target: &str, app_id: &str, control: &ControlRecord, sink: &Si
         .to_string(),
     )];
     for event in &control.events {
-        let name = match event {
-            Event::DataSkipped { .. } => "data_skipped",
+        let rows = match event {
+            Event::Bootstrap { rows, .. } | Event::Resnapshot { rows, .. } => *rows,
+            _ => 0,
         };
-        events.push((name.to_owned(), 0, serde_json::to_string(event).unwrap_or_default()));
+        events.push((event.name().to_owned(), rows, serde_json::to_string(event).unwrap_or_default()));
     }
     let n = events.len();
     let micros = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_micros());
@@ -236,16 +258,19 @@ mod tests {
     #[test]
     fn batch_facts_are_read_by_name() {
         let read = read_batch_facts(&[batch(vec![
-            ("target", Arc::new(StringArray::from(vec!["/b"])) as _),
-            ("batch_id", Arc::new(Int64Array::from(vec![7])) as _),
-            ("rows", Arc::new(Int64Array::from(vec![3])) as _),
-            ("end_lsn", Arc::new(StringArray::from(vec![None::<&str>])) as _),
-            ("max_commit_ts", Arc::new(TimestampMicrosecondArray::from(vec![Some(1_000_000)]).with_timezone("UTC")) as _),
+            ("target", Arc::new(StringArray::from(vec!["/b", "/b", "/b", "/other"])) as _),
+            ("batch_id", Arc::new(Int64Array::from(vec![7, 8, 8, 7])) as _),
+            ("event", Arc::new(StringArray::from(vec!["batch", "bootstrap", "heartbeat", "resnapshot"])) as _),
+            ("rows", Arc::new(Int64Array::from(vec![3, 10, 0, 4])) as _),
+            ("end_lsn", Arc::new(StringArray::from(vec![None, Some("0x0A"), Some("0x0A"), None])) as _),
+            ("max_commit_ts", Arc::new(TimestampMicrosecondArray::from(vec![Some(1_000_000), None, None, None]).with_timezone("UTC")) as _),
         ])])
         .unwrap();
-        assert_eq!(read.len(), 1);
+        assert_eq!(read.len(), 2, "one fact per batch; event rows mark their batch");
         assert_eq!((read[0].batch_id, read[0].rows, read[0].end_lsn.clone()), (7, 3, None));
         assert_eq!(read[0].max_commit_ts.map(|t| t.timestamp()), Some(1));
+        assert!(!read[0].completes_snapshot, "another table's completion does not mark this one's batch 7");
+        assert!(read[1].completes_snapshot && read[1].batch_id == 8);
     }
 
     /// Invariant: a type drift in the facts table is an error naming the column, not a panic.
@@ -254,6 +279,7 @@ mod tests {
         let error = read_batch_facts(&[batch(vec![
             ("target", Arc::new(StringArray::from(vec!["/b"])) as _),
             ("batch_id", Arc::new(StringArray::from(vec!["7"])) as _),
+            ("event", Arc::new(StringArray::from(vec!["batch"])) as _),
             ("rows", Arc::new(Int64Array::from(vec![3])) as _),
             ("end_lsn", Arc::new(StringArray::from(vec!["0x00"])) as _),
             ("max_commit_ts", Arc::new(TimestampMicrosecondArray::from(vec![1])) as _),

@@ -138,6 +138,8 @@ fn control(batch_id: u64, changes: &[Change], last_commit: Option<u64>, previous
         events: Vec::new(),
         warnings: Vec::new(),
         metrics: Default::default(),
+        snapshot: None,
+        last_commit_ts: None,
     }
 }
 

@@ -132,6 +132,9 @@ pub struct Workload {
 }
 
 const STATUSES: &[&str] = &["new", "paid", "packed", "shipped", "delivered", "returned"];
+/// The columns an insert names, in its parameters' order (`created_at` and `updated_at` are
+/// `SYSDATETIME()` and NULL).
+const INSERT_COLUMNS: &str = "order_id, customer_id, status, amount, currency, note, created_at, updated_at, is_priority, ref, weight, payload";
 const CURRENCIES: &[&str] = &["EUR", "USD", "GBP", "BRL"];
 
 impl Workload {
@@ -167,10 +170,15 @@ impl Workload {
     }
 
     fn insert_params(&mut self, id: i64) -> Vec<(String, Value)> {
+        positional(self.insert_values(id))
+    }
+
+    /// The values of a new order's `INSERT_COLUMNS` parameters.
+    fn insert_values(&mut self, id: i64) -> Vec<Value> {
         let rng = &mut self.rng;
         let cents: i128 = rng.random_range(100..10_000_000);
         let note = if rng.random_bool(0.3) { Value::Null } else { Value::Text(format!("order {id} – 注文 🚚")) };
-        positional(vec![
+        vec![
             Value::Int(id),
             Value::Int(rng.random_range(1..50_000)),
             Value::Text(STATUSES[0].into()),
@@ -181,7 +189,30 @@ impl Workload {
             Value::Guid(uuid::Uuid::from_u128(rng.random())),
             Value::Float(f64::from(rng.random_range(0.1f32..40.0))),
             Value::Binary((0..rng.random_range(0..16)).map(|_| rng.random()).collect()),
-        ])
+        ]
+    }
+
+    /// Inserts orders `1..=rows` into an empty `dbo.orders`, 100 per statement, with values as
+    /// the workload's inserts have them: a table's rows from before CDC was enabled. A workload
+    /// then changes them when made with `Workload::new(options, (1..=rows).collect())`.
+    pub fn preload(client: &mut dyn SqlClient, rows: u64, seed: u64) -> Result<(), SqlError> {
+        let mut generator = Self::new(WorkloadOptions { seed, ..WorkloadOptions::default() }, Vec::new());
+        let rows = i64::try_from(rows).unwrap_or(i64::MAX);
+        let mut id = 1i64;
+        while id <= rows {
+            let count = (rows - id + 1).min(100);
+            let mut tuples = Vec::with_capacity(count as usize);
+            let mut values = Vec::with_capacity(count as usize * 10);
+            for offset in 0..count {
+                let p = |n: i64| format!("@P{}", offset * 10 + n);
+                tuples.push(format!("({}, {}, {}, {}, {}, {}, SYSDATETIME(), NULL, {}, {}, {}, {})", p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10)));
+                values.extend(generator.insert_values(id + offset));
+            }
+            let sql = format!("INSERT INTO dbo.orders ({INSERT_COLUMNS}) VALUES {}", tuples.join(", "));
+            client.execute(&sql, &positional(values))?;
+            id += count;
+        }
+        Ok(())
     }
 
     /// Runs until `options.changes` changes are made, pacing to `options.rate`.
@@ -260,7 +291,9 @@ impl Workload {
             }
             Some(index) if roll >= update && roll < key_update => {
                 let old = self.live[index];
-                let new = self.next_id;
+                // Half the moves go past every key, half before every key (negative ids): a
+                // reader in key order meets rows moving both ahead of it and behind it.
+                let new = if self.rng.random_bool(0.5) { self.next_id } else { -self.next_id };
                 self.next_id += 1;
                 self.live[index] = new;
                 ("UPDATE dbo.orders SET order_id = @P1 WHERE order_id = @P2".to_owned(), positional(vec![Value::Int(new), Value::Int(old)]))
@@ -274,7 +307,7 @@ impl Workload {
                 self.next_id += 1;
                 self.live.push(id);
                 (
-                    "INSERT INTO dbo.orders (order_id, customer_id, status, amount, currency, note, created_at, updated_at, is_priority, ref, weight, payload) VALUES (@P1, @P2, @P3, @P4, @P5, @P6, SYSDATETIME(), NULL, @P7, @P8, @P9, @P10)".to_owned(),
+                    format!("INSERT INTO dbo.orders ({INSERT_COLUMNS}) VALUES (@P1, @P2, @P3, @P4, @P5, @P6, SYSDATETIME(), NULL, @P7, @P8, @P9, @P10)"),
                     self.insert_params(id),
                 )
             }

@@ -52,11 +52,31 @@ pub struct MssqlSourceOptions {
     pub max_commits_per_batch: Option<u64>,
     /// Where a new stream starts: `earliest` (default), `latest`, or an LSN such as
     /// `0x0000002A000001F00003` (`0x` optional, padded on the left to 20 hex digits), taken
-    /// as already processed. Ignored once the control topic has records.
-    pub starting_lsn: String,
-    /// Stop with a data-loss error when cleanup purged changes not yet read (default `true`);
-    /// `false` skips ahead and publishes a `data_skipped` event.
-    pub fail_on_data_loss: bool,
+    /// as already processed. Ignored once the control topic has records. Not with `bootstrap`.
+    pub starting_lsn: Option<String>,
+    /// The older spelling of `on_data_loss`: `true` is `fail`, `false` is `skip`.
+    pub fail_on_data_loss: Option<bool>,
+    /// When CDC cleanup purged changes not yet read: `fail` (default: stop with a data-loss
+    /// error), `skip` (publish a `data_skipped` event and go on) or `resnapshot` (take the
+    /// table again as a new generation, recording the lost range).
+    pub on_data_loss: Option<OnDataLoss>,
+    /// Snapshot the table before streaming, once per stream: when the stream starts with an
+    /// empty control topic. Default `false`.
+    pub bootstrap: bool,
+    /// With `on_data_loss = "resnapshot"`: at most one re-snapshot per this many days; a second
+    /// loss within it stops the stage instead. Default 7 (keep it above the CDC retention).
+    pub resnapshot_interval_days: f64,
+    /// The isolation level snapshots read under: `read_committed` (default) or `snapshot`
+    /// (needs the database's `ALLOW_SNAPSHOT_ISOLATION ON`).
+    pub snapshot_isolation: SnapshotIsolation,
+    /// `SET LOCK_TIMEOUT` for a snapshot's reads, milliseconds (a read that times out is
+    /// retried like any transient fault). Default 30000.
+    pub lock_timeout_ms: u64,
+    /// Columns to read a snapshot in order of, for a table without a unique index (unique or
+    /// not: rows with equal values are never split across reads). Default: the key.
+    pub snapshot_keys: Vec<String>,
+    /// Rows per snapshot read: one keyset query, published as one batch. Default 50000.
+    pub snapshot_fetch_rows: u64,
     /// Zone of the server clock: `auto` (default: `CURRENT_TIMEZONE_ID()`), `UTC`, or a
     /// Windows zone name such as `W. Europe Standard Time`.
     pub source_time_zone: String,
@@ -97,8 +117,15 @@ impl Default for MssqlSourceOptions {
             format: RecordFormat::Json,
             schema_registry: None,
             max_commits_per_batch: None,
-            starting_lsn: "earliest".to_owned(),
-            fail_on_data_loss: true,
+            starting_lsn: None,
+            fail_on_data_loss: None,
+            on_data_loss: None,
+            bootstrap: false,
+            resnapshot_interval_days: 7.0,
+            snapshot_isolation: SnapshotIsolation::ReadCommitted,
+            lock_timeout_ms: 30_000,
+            snapshot_keys: Vec::new(),
+            snapshot_fetch_rows: 50_000,
             source_time_zone: "auto".to_owned(),
             columns: Vec::new(),
             include_command_id: true,
@@ -127,6 +154,48 @@ pub enum Encrypt {
     NotSupported,
 }
 
+/// What the source does when CDC cleanup purged changes it has not read (`on_data_loss`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDataLoss {
+    /// Stop with a data-loss error naming the capture instance and the range.
+    #[default]
+    Fail,
+    /// Skip to what CDC still holds and publish a `data_skipped` event.
+    Skip,
+    /// Take the table again as a new generation, recording the lost range.
+    Resnapshot,
+}
+
+/// The isolation level a snapshot reads under (`snapshot_isolation`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotIsolation {
+    /// Each read sees committed rows only, and waits for writers' locks.
+    #[default]
+    ReadCommitted,
+    /// One transaction for the whole snapshot: the table as of its first read, without waiting
+    /// for writers (row versions in tempdb while it runs).
+    Snapshot,
+}
+
+/// How snapshots are read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapshotSettings {
+    /// Snapshot before streaming, once per stream.
+    pub bootstrap: bool,
+    /// The isolation level of the reads.
+    pub isolation: SnapshotIsolation,
+    /// `SET LOCK_TIMEOUT` for the reads.
+    pub lock_timeout: Duration,
+    /// Columns to read in order of, where the table has no unique index.
+    pub keys: Vec<String>,
+    /// Rows per read and per batch (positive).
+    pub fetch_rows: u64,
+    /// At most one re-snapshot per this long.
+    pub resnapshot_interval: Duration,
+}
+
 /// The validated settings of an `mssql-source` connector: what the stage is built from.
 #[derive(Clone, Debug)]
 pub struct MssqlSourceSettings {
@@ -142,8 +211,10 @@ pub struct MssqlSourceSettings {
     pub max_commits_per_batch: Option<u64>,
     /// Where a new stream starts.
     pub starting_lsn: StartingLsn,
-    /// Stop on purged, unread changes (`true`) or skip ahead with a `data_skipped` event.
-    pub fail_on_data_loss: bool,
+    /// What to do about purged, unread changes.
+    pub on_data_loss: OnDataLoss,
+    /// Bootstrap and re-snapshots.
+    pub snapshot: SnapshotSettings,
     /// Zone of the server clock.
     pub source_time_zone: SourceZone,
     /// The captured columns to publish; empty: all, with their own types.
@@ -322,10 +393,15 @@ impl ConnectorKind for MssqlSourceOptions {
         if self.max_commits_per_batch == Some(0) {
             problems.invalid("max_commits_per_batch", "zero", "a positive integer, or omit it for unlimited");
         }
-        let starting_lsn = StartingLsn::parse(&self.starting_lsn);
+        let starting_lsn = StartingLsn::parse(self.starting_lsn.as_deref().unwrap_or("earliest"));
         if starting_lsn.is_none() {
             problems.invalid("starting_lsn", "not a starting position", "earliest, latest, or an LSN of up to 20 hex digits such as 0x0000002A000001F00003");
         }
+        if self.bootstrap && self.starting_lsn.is_some() {
+            problems.invalid("starting_lsn", "set together with bootstrap", "one of the two: a bootstrapped stream starts at its snapshot's LSN");
+        }
+        let on_data_loss = self.data_loss_policy(problems);
+        let snapshot = self.snapshot_settings(problems);
         let source_time_zone = match self.source_time_zone.as_str() {
             "auto" => Some(SourceZone::Auto),
             name => ServerZone::parse(name).map(SourceZone::Fixed),
@@ -342,7 +418,8 @@ impl ConnectorKind for MssqlSourceOptions {
             encoding: encoding?,
             max_commits_per_batch: self.max_commits_per_batch,
             starting_lsn: starting_lsn?,
-            fail_on_data_loss: self.fail_on_data_loss,
+            on_data_loss: on_data_loss?,
+            snapshot: snapshot?,
             source_time_zone: source_time_zone?,
             columns,
             include_command_id: self.include_command_id,
@@ -400,6 +477,44 @@ impl MssqlSourceOptions {
             connect_timeout: Duration::from_secs(self.connect_timeout),
             encrypt: self.encrypt,
             trust: trust?,
+        })
+    }
+
+    /// `on_data_loss`, or its older spelling `fail_on_data_loss`; both only when they agree.
+    fn data_loss_policy(&self, problems: &mut Problems) -> Option<OnDataLoss> {
+        let older = self.fail_on_data_loss.map(|fail| if fail { OnDataLoss::Fail } else { OnDataLoss::Skip });
+        match (self.on_data_loss, older) {
+            (Some(new), Some(old)) if new != old => {
+                problems.invalid("fail_on_data_loss", "disagrees with on_data_loss", "on_data_loss alone (fail, skip or resnapshot)");
+                None
+            }
+            (new, old) => Some(new.or(old).unwrap_or_default()),
+        }
+    }
+
+    fn snapshot_settings(&self, problems: &mut Problems) -> Option<SnapshotSettings> {
+        let before = problems.len();
+        if !self.resnapshot_interval_days.is_finite() || self.resnapshot_interval_days < 0.0 || self.resnapshot_interval_days > 36_500.0 {
+            problems.invalid("resnapshot_interval_days", "out of range", "a number of days from 0 to 36500, e.g. 7 (above the CDC retention)");
+        }
+        if self.snapshot_fetch_rows == 0 {
+            problems.invalid("snapshot_fetch_rows", "zero", "a positive number of rows");
+        }
+        if self.lock_timeout_ms == 0 {
+            problems.invalid("lock_timeout_ms", "zero", "a positive number of milliseconds");
+        }
+        for (index, key) in self.snapshot_keys.iter().enumerate() {
+            if key.is_empty() || key.len() > 128 || key.chars().any(|c| c == ']' || c.is_control()) || self.snapshot_keys[..index].contains(key) {
+                problems.invalid(&format!("snapshot_keys.{index}"), "not a column name, or listed twice", "captured column names, each once");
+            }
+        }
+        (problems.len() == before).then(|| SnapshotSettings {
+            bootstrap: self.bootstrap,
+            isolation: self.snapshot_isolation,
+            lock_timeout: Duration::from_millis(self.lock_timeout_ms),
+            keys: self.snapshot_keys.clone(),
+            fetch_rows: self.snapshot_fetch_rows,
+            resnapshot_interval: Duration::from_secs_f64(self.resnapshot_interval_days * 86_400.0),
         })
     }
 
@@ -503,7 +618,9 @@ mod tests {
         assert_eq!(settings.encoding, Encoding::Json);
         assert_eq!(settings.login.trust, ServerTrust::System);
         assert_eq!(settings.poll_interval, Duration::from_millis(500));
-        let at = MssqlSourceOptions { starting_lsn: "2A".into(), ..valid() }.validate(&mut Problems::under("")).unwrap();
+        assert_eq!(settings.on_data_loss, OnDataLoss::Fail);
+        assert!(!settings.snapshot.bootstrap);
+        let at = MssqlSourceOptions { starting_lsn: Some("2A".into()), ..valid() }.validate(&mut Problems::under("")).unwrap();
         assert_eq!(at.starting_lsn, StartingLsn::After(Lsn::parse_hex("0x0000000000000000002A").unwrap()));
     }
 
@@ -528,6 +645,29 @@ mod tests {
         assert!(StartingLsn::parse("0x").is_none());
         assert!(StartingLsn::parse("0x0000002A000001F000031").is_none());
         assert!(StartingLsn::parse("newest").is_none());
+    }
+
+    /// `fail_on_data_loss` still works, and may not contradict `on_data_loss`; bootstrap sets
+    /// the start itself.
+    #[test]
+    fn data_loss_and_snapshot_options_are_checked_together() {
+        let skip = MssqlSourceOptions { fail_on_data_loss: Some(false), ..valid() }.validate(&mut Problems::under("")).unwrap();
+        assert_eq!(skip.on_data_loss, OnDataLoss::Skip);
+        let both = MssqlSourceOptions { fail_on_data_loss: Some(true), on_data_loss: Some(OnDataLoss::Resnapshot), ..valid() };
+        assert_eq!(problem_keys(&both), vec!["fail_on_data_loss"]);
+        let agreeing = MssqlSourceOptions { fail_on_data_loss: Some(false), on_data_loss: Some(OnDataLoss::Skip), ..valid() };
+        assert!(problem_keys(&agreeing).is_empty());
+        let bad = MssqlSourceOptions {
+            bootstrap: true,
+            starting_lsn: Some("latest".into()),
+            resnapshot_interval_days: -1.0,
+            snapshot_fetch_rows: 0,
+            snapshot_keys: vec!["a".into(), "a".into()],
+            ..valid()
+        };
+        assert_eq!(problem_keys(&bad), vec!["starting_lsn", "resnapshot_interval_days", "snapshot_fetch_rows", "snapshot_keys.1"]);
+        let days = MssqlSourceOptions { resnapshot_interval_days: 0.5, bootstrap: true, ..valid() }.validate(&mut Problems::under("")).unwrap();
+        assert_eq!(days.snapshot.resnapshot_interval, Duration::from_secs(43_200));
     }
 
     #[test]

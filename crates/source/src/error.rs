@@ -38,7 +38,7 @@ pub enum SourceError {
     },
     /// CDC cleanup purged changes the stream had not read.
     #[error(
-        "data loss on capture instance `{capture_instance}`: changes from {from_lsn} to {to_lsn} were purged by CDC cleanup before they were read (its minimum LSN is now {min_lsn}); set fail_on_data_loss = false to skip them with a data_skipped event, or re-snapshot"
+        "data loss on capture instance `{capture_instance}`: changes from {from_lsn} to {to_lsn} were purged by CDC cleanup before they were read (its minimum LSN is now {min_lsn}); set on_data_loss = \"resnapshot\" to take the table again as a new generation, or \"skip\" to skip them with a data_skipped event"
     )]
     DataLoss {
         /// The capture instance.
@@ -49,6 +49,38 @@ pub enum SourceError {
         to_lsn: Lsn,
         /// `sys.fn_cdc_get_min_lsn` now.
         min_lsn: Lsn,
+    },
+    /// Changes were lost again within `resnapshot_interval_days` of the last re-snapshot: the
+    /// stream does not keep up with the retention, and another snapshot would not fix that.
+    #[error(
+        "data loss on capture instance `{capture_instance}` again: changes from {from_lsn} to {to_lsn} were purged by CDC cleanup, {hours_since:.1} h after the re-snapshot at {previous_lsn} (generation {previous_generation}, opened {previous_at}); at most one re-snapshot per resnapshot_interval_days = {interval_days}. Raise the CDC retention or the source's throughput, then take one with `mssql-cdc snapshot --resnapshot`"
+    )]
+    RepeatedDataLoss {
+        /// The capture instance.
+        capture_instance: String,
+        /// First LSN lost.
+        from_lsn: Lsn,
+        /// Last LSN lost.
+        to_lsn: Lsn,
+        /// The previous re-snapshot's LSN.
+        previous_lsn: Lsn,
+        /// The generation it started.
+        previous_generation: u64,
+        /// When it was opened.
+        previous_at: chrono::DateTime<chrono::Utc>,
+        /// Hours since.
+        hours_since: f64,
+        /// The configured interval.
+        interval_days: f64,
+    },
+    /// A snapshot cannot read the table as configured (no key to read it in order of, a key
+    /// value that does not read back).
+    #[error("snapshot of capture instance `{capture_instance}`: {message}")]
+    Snapshot {
+        /// The capture instance.
+        capture_instance: String,
+        /// What is wrong.
+        message: String,
     },
     /// The control topic records a position the server has not reached (a restored or
     /// different database).
@@ -136,7 +168,15 @@ impl Retriable for SourceError {
             Self::Kafka(_) => true,
             Self::Registry(error) => error.is_transient(),
             Self::Outage { .. } => false,
-            Self::CaptureInstance(_) | Self::Schema { .. } | Self::DataLoss { .. } | Self::AheadOfServer { .. } | Self::Encode(_) | Self::Secret(_) | Self::BadControlRecord { .. } => false,
+            Self::CaptureInstance(_)
+            | Self::Schema { .. }
+            | Self::DataLoss { .. }
+            | Self::RepeatedDataLoss { .. }
+            | Self::Snapshot { .. }
+            | Self::AheadOfServer { .. }
+            | Self::Encode(_)
+            | Self::Secret(_)
+            | Self::BadControlRecord { .. } => false,
         }
     }
 }

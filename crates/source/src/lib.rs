@@ -19,6 +19,7 @@
 pub mod config;
 pub mod connection;
 pub mod error;
+pub mod keyset;
 pub mod publish;
 pub mod reader;
 pub mod rows;

@@ -193,9 +193,8 @@ pub fn build_schema(
             .ok_or_else(|| schema_error(format!("columns: the key column `{index_column}` must be listed (records are keyed by it)")))?;
         key.push(column.name.clone());
     }
-    if key.is_empty() {
-        return Err(schema_error("the capture instance has no unique index (no key columns); records could not be keyed".into()));
-    }
+    // A table without a unique index has no key: its records all carry the empty key (one
+    // partition, in order); silver then needs `keys`, and a snapshot `snapshot_keys`.
     Ok((TableSchema { columns, key, include_command_id }, select))
 }
 
@@ -316,6 +315,47 @@ impl ChangeRows<'_> {
     }
 }
 
+/// The table's rows, for a snapshot's progress: an estimate (`NOLOCK`, no waiting on writers).
+pub async fn row_estimate(client: &mut TdsClient, connector: &Connector, table: &str) -> Result<Option<u64>, SourceError> {
+    let rows = rows(client, connector, &format!("SELECT COUNT_BIG(*) FROM {table} WITH (NOLOCK)"), &[]).await?;
+    Ok(rows.first().and_then(|r| r.try_get::<i64, _>(0).ok().flatten()).and_then(|n| u64::try_from(n).ok()))
+}
+
+/// The local commit time of `lsn` (`sys.fn_cdc_map_lsn_to_time`), if it is a commit CDC knows.
+pub async fn lsn_time(client: &mut TdsClient, connector: &Connector, lsn: Lsn) -> Result<Option<NaiveDateTime>, SourceError> {
+    let bytes = lsn.0.to_vec();
+    let rows = rows(client, connector, "SELECT sys.fn_cdc_map_lsn_to_time(@P1)", &[&bytes]).await?;
+    Ok(rows.first().and_then(|r| r.try_get::<NaiveDateTime, _>(0).ok().flatten()))
+}
+
+/// Runs statements that return nothing (transaction control, session options).
+pub async fn execute(client: &mut TdsClient, connector: &Connector, sql: &str) -> Result<(), SourceError> {
+    let stream = client.simple_query(sql).await.map_err(|e| connector.error(e))?;
+    stream.into_results().await.map_err(|e| connector.error(e))?;
+    Ok(())
+}
+
+/// Starts one keyset read of a snapshot ([`crate::keyset::chunk_query`]): rows of the captured
+/// values only, pulled one at a time.
+pub async fn read_table<'a>(client: &'a mut TdsClient, connector: &'a Connector, sql: &str, params: &[tiberius::ColumnData<'static>]) -> Result<TableRows<'a>, SourceError> {
+    let params: Vec<&dyn tiberius::ToSql> = params.iter().map(|p| p as &dyn tiberius::ToSql).collect();
+    let stream = client.query(sql, &params).await.map_err(|e| connector.error(e))?;
+    Ok(TableRows { rows: stream.into_row_stream(), connector })
+}
+
+/// The rows of one keyset read.
+pub struct TableRows<'a> {
+    rows: futures::stream::BoxStream<'a, tiberius::Result<Row>>,
+    connector: &'a Connector,
+}
+
+impl TableRows<'_> {
+    /// The next row's values; `None` after the last.
+    pub async fn next(&mut self) -> Result<Option<Vec<ColumnData<'static>>>, SourceError> {
+        Ok(self.rows.try_next().await.map_err(|e| self.connector.error(e))?.map(|row| row.into_iter().collect()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,6 +389,8 @@ mod tests {
         assert!(all.contains("shape") && all.contains("geography"), "{all}");
         let error = build_schema("dbo_t", &["id".into()], &captured, &choose(&["amount"]), true).unwrap_err().to_string();
         assert!(error.contains("key column `id`"), "{error}");
+        let (keyless, _) = build_schema("dbo_t", &[], &captured, &choose(&["id", "amount"]), true).unwrap();
+        assert!(keyless.key.is_empty(), "a table without a unique index streams with no key");
     }
 
     #[test]

@@ -205,6 +205,8 @@ pub struct BatchBuilder {
     commit_ts: TimestampMicrosecondBuilder,
     capture_instance: String,
     generation: i64,
+    /// The snapshot's LSN, when the rows are a snapshot's.
+    snapshot: Option<Lsn>,
 }
 
 impl BatchBuilder {
@@ -220,7 +222,14 @@ impl BatchBuilder {
             commit_ts: TimestampMicrosecondBuilder::with_capacity(capacity),
             capture_instance: capture_instance.to_owned(),
             generation: generation as i64,
+            snapshot: None,
         }
+    }
+
+    /// A builder of snapshot rows: `_snapshot` holds `lsn` (change rows leave it NULL).
+    pub fn of_snapshot(mut self, lsn: Lsn) -> Self {
+        self.snapshot = Some(lsn);
+        self
     }
 
     /// Rows appended since the last [`Self::finish`].
@@ -274,6 +283,14 @@ impl BatchBuilder {
         arrays.push(Arc::new(self.commit_ts.finish().with_timezone("UTC")));
         arrays.push(Arc::new(arrow::array::StringArray::from(vec![self.capture_instance.as_str(); rows])));
         arrays.push(Arc::new(arrow::array::Int64Array::from(vec![self.generation; rows])));
+        let mut snapshot = FixedSizeBinaryBuilder::with_capacity(rows, LSN_BYTES);
+        for _ in 0..rows {
+            match self.snapshot {
+                Some(lsn) => snapshot.append_value(lsn.0).expect("10 bytes"),
+                None => snapshot.append_null(),
+            }
+        }
+        arrays.push(Arc::new(snapshot.finish()));
         debug_assert!(self.columns.iter().all(|c| c.len() == 0));
         RecordBatch::try_new(self.schema.arrow(), arrays).expect("builders follow the schema")
     }

@@ -66,6 +66,10 @@ pub struct ControlRecord {
     /// See `min_commit_ts`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_commit_ts: Option<DateTime<Utc>>,
+    /// Commit time (UTC) of the newest commit the stream has covered up to this batch,
+    /// carried over batches that cover none (the time a data-loss range starts at).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_commit_ts: Option<DateTime<Utc>>,
     /// Where the batch's records are: one entry per data partition that received any.
     pub partitions: Vec<PartitionRange>,
     /// Record encoding of the data records.
@@ -86,6 +90,10 @@ pub struct ControlRecord {
     pub warnings: Vec<String>,
     /// Where the source stood when it published the batch.
     pub metrics: SourceMetrics,
+    /// The stream's newest snapshot, carried on every batch from its opening on: while it is
+    /// open, the batch's rows are its rows (operation 0, `_start_lsn` = its LSN).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotState>,
 }
 
 impl ControlRecord {
@@ -103,6 +111,92 @@ impl ControlRecord {
     pub fn is_heartbeat(&self) -> bool {
         self.rows == 0 && self.events.is_empty()
     }
+
+    /// The open snapshot whose rows this batch carries, if any.
+    pub fn open_snapshot(&self) -> Option<&SnapshotState> {
+        self.snapshot.as_ref().filter(|snapshot| !snapshot.complete)
+    }
+
+    /// The range every row's `_start_lsn` lies in, `(low, high]`: the batch's LSN range, or for
+    /// a batch of an open snapshot exactly the snapshot's LSN.
+    pub fn row_lsn_range(&self) -> (Lsn, Lsn) {
+        match self.open_snapshot() {
+            Some(snapshot) => (snapshot.lsn.decrement(), snapshot.lsn),
+            None => (self.from_lsn, self.to_lsn),
+        }
+    }
+}
+
+/// Why a snapshot was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotKind {
+    /// The stream's first: the table's rows before its changes (`bootstrap = true`, or the
+    /// `snapshot` command).
+    Bootstrap,
+    /// After CDC cleanup purged changes not yet read (`on_data_loss = "resnapshot"`), or asked
+    /// for (`snapshot --resnapshot`): starts a new generation.
+    Resnapshot,
+}
+
+impl std::fmt::Display for SnapshotKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Bootstrap => "bootstrap",
+            Self::Resnapshot => "resnapshot",
+        })
+    }
+}
+
+/// A stream's newest snapshot and how far it got.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotState {
+    /// S: `sys.fn_cdc_get_max_lsn()` read before the table. Every row is stamped with it; the
+    /// stream goes on with the changes after it.
+    #[serde(with = "lsn_hex")]
+    pub lsn: Lsn,
+    /// Commit time (UTC) of S.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_ts: Option<DateTime<Utc>>,
+    /// Why it was taken.
+    pub kind: SnapshotKind,
+    /// The generation it starts (a re-snapshot's is the previous one + 1).
+    pub generation: u64,
+    /// When it was opened.
+    pub opened_at: DateTime<Utc>,
+    /// The columns the table is read in order of (the key, or `snapshot_keys`).
+    pub keys: Vec<String>,
+    /// The table's rows when it was opened (an estimate, for progress).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_expected: Option<u64>,
+    /// Rows published so far (this batch's included).
+    pub rows_done: u64,
+    /// The key values of the last row published, in `keys` order (JSON as the data records
+    /// carry them): the next read starts after it. `None` before the first row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_key: Option<Vec<serde_json::Value>>,
+    /// Whether its completion (`bootstrap` / `resnapshot` event) is published.
+    pub complete: bool,
+    /// The changes lost, for a re-snapshot after data loss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<LostRange>,
+}
+
+/// Changes CDC cleanup purged before they were read, as a re-snapshot records them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LostRange {
+    /// The first LSN not read.
+    #[serde(with = "lsn_hex")]
+    pub from_lsn: Lsn,
+    /// The last LSN purged (the capture instance's low water mark, decremented).
+    #[serde(with = "lsn_hex")]
+    pub to_lsn: Lsn,
+    /// Commit time (UTC) of the last change read before the loss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_ts: Option<DateTime<Utc>>,
+    /// Commit time (UTC) of the first change cleanup kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_ts: Option<DateTime<Utc>>,
 }
 
 /// The offsets of a batch's records in one data partition.
@@ -136,6 +230,54 @@ pub enum Event {
         /// batch may lack some).
         certain: bool,
     },
+    /// A snapshot opened at `lsn`: the batches until its completion carry its rows, and no
+    /// verdict moves meanwhile.
+    SnapshotOpen {
+        /// S.
+        #[serde(with = "lsn_hex")]
+        lsn: Lsn,
+        /// Why.
+        kind: SnapshotKind,
+        /// The generation it starts.
+        generation: u64,
+        /// The table's rows (an estimate).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rows_expected: Option<u64>,
+        /// The changes lost, for a re-snapshot after data loss.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lost: Option<LostRange>,
+    },
+    /// The stream's first snapshot is complete: downstream rebuilds from it.
+    Bootstrap {
+        /// S.
+        #[serde(with = "lsn_hex")]
+        lsn: Lsn,
+        /// Rows it published.
+        rows: u64,
+    },
+    /// A re-snapshot is complete: downstream rebuilds from it; `lost` is the gap it repairs.
+    Resnapshot {
+        /// S.
+        #[serde(with = "lsn_hex")]
+        lsn: Lsn,
+        /// Rows it published.
+        rows: u64,
+        /// The changes lost, when data loss caused it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lost: Option<LostRange>,
+    },
+}
+
+impl Event {
+    /// The event's name, as the facts table's `event` column holds it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::DataSkipped { .. } => "data_skipped",
+            Self::SnapshotOpen { .. } => "snapshot_open",
+            Self::Bootstrap { .. } => "bootstrap",
+            Self::Resnapshot { .. } => "resnapshot",
+        }
+    }
 }
 
 /// The source's view of where it stands, at publication time.
@@ -212,6 +354,7 @@ mod tests {
             max_row_lsn: Lsn::parse_hex("2A0000000200"),
             min_commit_ts: Some(DateTime::from_timestamp(1_700_000_000, 0).unwrap()),
             max_commit_ts: Some(DateTime::from_timestamp(1_700_000_001, 0).unwrap()),
+            last_commit_ts: Some(DateTime::from_timestamp(1_700_000_001, 0).unwrap()),
             partitions: vec![PartitionRange { partition: 1, first_offset: 10, last_offset: 14, records: 5 }],
             format: RecordFormat::Json,
             schema_version: 42,
@@ -224,7 +367,31 @@ mod tests {
             events: vec![Event::DataSkipped { from_lsn: Lsn::parse_hex("1").unwrap(), to_lsn: Lsn::parse_hex("2").unwrap(), certain: true }],
             warnings: vec![],
             metrics: SourceMetrics { max_lsn: Lsn::parse_hex("2A0000000300"), capture_lag_seconds: Some(1.5), ..Default::default() },
+            snapshot: Some(SnapshotState {
+                lsn: Lsn::parse_hex("2A0000000100").unwrap(),
+                commit_ts: Some(DateTime::from_timestamp(1_699_999_000, 0).unwrap()),
+                kind: SnapshotKind::Resnapshot,
+                generation: 1,
+                opened_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+                keys: vec!["order_id".into()],
+                rows_expected: Some(10),
+                rows_done: 5,
+                last_key: Some(vec![serde_json::json!("12.50")]),
+                complete: false,
+                lost: Some(LostRange { from_lsn: Lsn::parse_hex("2A00000000F0").unwrap(), to_lsn: Lsn::parse_hex("2A00000000FF").unwrap(), from_ts: None, to_ts: None }),
+            }),
         }
+    }
+
+    /// A batch of an open snapshot carries rows stamped with S only; once complete, the batch
+    /// range applies again.
+    #[test]
+    fn an_open_snapshot_narrows_the_row_range_to_its_lsn() {
+        let mut record = sample();
+        let s = Lsn::parse_hex("2A0000000100").unwrap();
+        assert_eq!(record.row_lsn_range(), (s.decrement(), s));
+        record.snapshot.as_mut().unwrap().complete = true;
+        assert_eq!(record.row_lsn_range(), (record.from_lsn, record.to_lsn));
     }
 
     #[test]
@@ -250,9 +417,24 @@ mod tests {
         for key in schema["required"].as_array().unwrap() {
             assert!(value.get(key.as_str().unwrap()).is_some(), "required `{key}` not written");
         }
-        let metrics = &declared["metrics"]["properties"];
-        for key in value["metrics"].as_object().unwrap().keys() {
-            assert!(metrics.get(key).is_some(), "metrics field `{key}` is missing from the schema");
+        for nested in ["metrics", "snapshot"] {
+            let properties = &declared[nested]["properties"];
+            for key in value[nested].as_object().unwrap().keys() {
+                assert!(properties.get(key).is_some(), "{nested} field `{key}` is missing from the schema");
+            }
+        }
+        let events = [
+            Event::SnapshotOpen { lsn: Lsn::ZERO, kind: SnapshotKind::Bootstrap, generation: 0, rows_expected: Some(1), lost: None },
+            Event::Resnapshot { lsn: Lsn::ZERO, rows: 1, lost: Some(LostRange { from_lsn: Lsn::ZERO, to_lsn: Lsn::ZERO, from_ts: None, to_ts: None }) },
+            Event::Bootstrap { lsn: Lsn::ZERO, rows: 1 },
+        ];
+        let event_schema = &declared["events"]["items"]["properties"];
+        for event in events {
+            let value = serde_json::to_value(&event).unwrap();
+            assert!(event_schema["event"]["enum"].as_array().unwrap().contains(&serde_json::json!(event.name())), "{}", event.name());
+            for key in value.as_object().unwrap().keys() {
+                assert!(event_schema.get(key).is_some(), "event field `{key}` is missing from the schema");
+            }
         }
     }
 }

@@ -76,6 +76,7 @@ fn fields(schema: &TableSchema, binary_as_text: bool) -> Vec<Field> {
         Field::new(log::COMMIT_TS, DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
         Field::new(log::CAPTURE_INSTANCE, DataType::Utf8, false),
         Field::new(log::GENERATION, DataType::Int64, false),
+        Field::new(log::SNAPSHOT, DataType::Utf8, true),
     ]);
     fields
 }
@@ -356,6 +357,7 @@ mod tests {
             Arc::new(TimestampMicrosecondArray::from(vec![1_767_258_000_000_000]).with_timezone("UTC")),
             Arc::new(StringArray::from(vec!["dbo_t"])),
             Arc::new(Int64Array::from(vec![0])),
+            Arc::new(FixedSizeBinaryArray::new_null(10, 1)),
         ];
         RecordBatch::try_new(schema.arrow(), columns).unwrap()
     }

@@ -363,6 +363,13 @@ mod tests {
             Arc::new(TimestampMicrosecondArray::from(vec![1_700_000_000_000_000, 1_700_000_001_000_000]).with_timezone("UTC")),
             Arc::new(StringArray::from(vec!["dbo_t", "dbo_t"])),
             Arc::new(Int64Array::from(vec![0, 0])),
+            {
+                // A snapshot row's `_snapshot`, then a change row's NULL.
+                let mut b = FixedSizeBinaryBuilder::new(10);
+                b.append_value([0, 0, 0, 0x2A, 0, 0, 0, 1, 0, 9]).unwrap();
+                b.append_null();
+                Arc::new(b.finish()) as ArrayRef
+            },
         ];
         RecordBatch::try_new(schema.arrow(), columns).unwrap()
     }
@@ -380,6 +387,7 @@ mod tests {
         assert_eq!(value["at"], "2023-11-14T22:13:20.123456");
         assert_eq!(value["_start_lsn"], "0x0000002A000000010001");
         assert_eq!(value["_commit_ts"], "2023-11-14T22:13:20.000000Z");
+        assert_eq!(value["_snapshot"], "0x0000002A000000010009");
         let mut key = Vec::new();
         encoder.key_json(1, &mut key);
         assert_eq!(String::from_utf8(key).unwrap(), r#"{"id":-7}"#);
@@ -387,7 +395,7 @@ mod tests {
         encoder.value_json(1, &mut out);
         let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(value["amount"], "1234.56");
-        assert!(value["note"].is_null() && value["_command_id"].is_null());
+        assert!(value["note"].is_null() && value["_command_id"].is_null() && value["_snapshot"].is_null());
     }
 
     #[test]
@@ -412,6 +420,8 @@ mod tests {
             let bytes: Vec<u8> = decimal.try_into().unwrap();
             let expected: i128 = if row == 0 { -5 } else { 123_456 };
             assert_eq!(twos_complement(expected), bytes);
+            let snapshot = &fields.last().unwrap().1;
+            assert!(matches!(snapshot, apache_avro::types::Value::Union(branch, _) if *branch == if row == 0 { 1 } else { 0 }), "{snapshot:?}");
         }
         let key_schema = apache_avro::Schema::parse(&schema.avro_key("cdc.db.dbo.t")).unwrap();
         let mut out = Vec::new();

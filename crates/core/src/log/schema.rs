@@ -25,6 +25,9 @@ pub const COMMIT_TS: &str = "_commit_ts";
 pub const CAPTURE_INSTANCE: &str = "_capture_instance";
 /// `_generation`: the stream's generation (0 until a re-snapshot).
 pub const GENERATION: &str = "_generation";
+/// `_snapshot`: on a snapshot row (operation 0), the snapshot's LSN S (10 bytes); NULL on a
+/// change row.
+pub const SNAPSHOT: &str = "_snapshot";
 
 /// Bytes in an LSN or a seqval.
 pub const LSN_BYTES: i32 = 10;
@@ -203,6 +206,7 @@ impl TableSchema {
             Field::new(COMMIT_TS, DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
             Field::new(CAPTURE_INSTANCE, DataType::Utf8, false),
             Field::new(GENERATION, DataType::Int64, false),
+            Field::new(SNAPSHOT, DataType::FixedSizeBinary(LSN_BYTES), true),
         ]);
         fields
     }
@@ -247,6 +251,7 @@ impl TableSchema {
         fields.push(json!({"name": COMMIT_TS, "type": {"type": "long", "logicalType": "timestamp-micros"}}));
         fields.push(json!({"name": CAPTURE_INSTANCE, "type": "string"}));
         fields.push(json!({"name": GENERATION, "type": "long"}));
+        fields.push(json!({"name": SNAPSHOT, "type": ["null", "mssql_cdc.lsn"], "default": null}));
         json!({"type": "record", "name": "Value", "namespace": avro_namespace(topic), "fields": fields})
     }
 
@@ -345,7 +350,8 @@ mod tests {
         assert!(!arrow.field(0).is_nullable());
         assert!(arrow.field(1).is_nullable());
         assert_eq!(arrow.field(3).name(), START_LSN);
-        assert_eq!(arrow.fields().len(), 3 + 7);
+        assert_eq!(arrow.fields().len(), 3 + 8);
+        assert!(arrow.field_with_name(SNAPSHOT).unwrap().is_nullable(), "`_snapshot` is NULL on change rows");
     }
 
     #[test]

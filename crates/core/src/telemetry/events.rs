@@ -124,6 +124,43 @@ impl SourceBatchPublished<'_> {
     }
 }
 
+/// The source published a batch of snapshot rows.
+pub struct SourceSnapshotRead<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The capture instance.
+    pub capture_instance: &'a str,
+    /// Rows in the batch.
+    pub rows: u64,
+    /// Rows the snapshot has published so far.
+    pub rows_done: u64,
+    /// The table's rows when it opened (estimate).
+    pub rows_expected: Option<u64>,
+    /// Rows per second since this process took the snapshot up.
+    pub rows_per_second: f64,
+    /// Whether to log this one (the stage logs every few seconds, and at the end).
+    pub log: bool,
+}
+
+impl SourceSnapshotRead<'_> {
+    /// Counts the rows, sets the progress gauges, and logs progress with an estimate of the
+    /// time left when `log`.
+    pub fn emit(self) {
+        use super::metrics::*;
+        let labels = [("connector", self.connector.to_owned()), ("capture_instance", self.capture_instance.to_owned())];
+        metrics::counter!(SOURCE_SNAPSHOT_ROWS_TOTAL, &labels).increment(self.rows);
+        metrics::gauge!(SOURCE_SNAPSHOT_ROWS_DONE, &labels).set(self.rows_done as f64);
+        if let Some(expected) = self.rows_expected {
+            metrics::gauge!(SOURCE_SNAPSHOT_ROWS_EXPECTED, &labels).set(expected as f64);
+        }
+        if self.log {
+            let left = self.rows_expected.map(|expected| expected.saturating_sub(self.rows_done));
+            let eta_seconds = left.filter(|_| self.rows_per_second > 0.0).map(|left| (left as f64 / self.rows_per_second).round() as u64);
+            tracing::info!(connector = %self.connector, capture_instance = %self.capture_instance, rows_done = self.rows_done, rows_expected = ?self.rows_expected, rows_per_second = self.rows_per_second.round() as u64, eta_seconds = ?eta_seconds, "snapshot progress");
+        }
+    }
+}
+
 /// The source hit a transient SQL Server error and retries the batch on a new connection.
 pub struct SourceSqlRetrying<'a> {
     /// The connector.
@@ -253,5 +290,11 @@ pub fn register_stage(connector: &str) {
 /// Registers a source stream's counters at zero.
 pub fn register_source(connector: &str, capture_instance: &str) {
     use super::metrics::*;
-    register(&[SOURCE_ROWS_TOTAL, SOURCE_BYTES_TOTAL, SOURCE_BATCHES_TOTAL, SOURCE_RETRIES_TOTAL], &[("connector", connector), ("capture_instance", capture_instance)]);
+    let labels = [("connector", connector), ("capture_instance", capture_instance)];
+    register(&[SOURCE_ROWS_TOTAL, SOURCE_BYTES_TOTAL, SOURCE_BATCHES_TOTAL, SOURCE_RETRIES_TOTAL, SOURCE_SNAPSHOT_ROWS_TOTAL], &labels);
+    // Progress gauges read 0 until a snapshot publishes rows.
+    let owned: Vec<(&'static str, String)> = labels.iter().map(|(key, value)| (*key, (*value).to_owned())).collect();
+    for name in [SOURCE_SNAPSHOT_ROWS_DONE, SOURCE_SNAPSHOT_ROWS_EXPECTED] {
+        metrics::gauge!(name, &owned).increment(0.0);
+    }
 }

@@ -38,6 +38,12 @@ pub const SOURCE_RETENTION_HEADROOM_HOURS: &str = "mssql_cdc_source_retention_he
 pub const SOURCE_POSITION_LSN: &str = "mssql_cdc_source_position_lsn";
 /// Transient SQL Server errors retried on a new connection (counter).
 pub const SOURCE_RETRIES_TOTAL: &str = "mssql_cdc_source_retries_total";
+/// Snapshot rows published (counter; its rate is the snapshot's rows/s).
+pub const SOURCE_SNAPSHOT_ROWS_TOTAL: &str = "mssql_cdc_source_snapshot_rows_total";
+/// Rows the open snapshot has published so far (gauge).
+pub const SOURCE_SNAPSHOT_ROWS_DONE: &str = "mssql_cdc_source_snapshot_rows_done";
+/// Rows the open snapshot expects: the table's estimate when it opened (gauge).
+pub const SOURCE_SNAPSHOT_ROWS_EXPECTED: &str = "mssql_cdc_source_snapshot_rows_expected";
 
 /// Batches the bronze sink completed (data and facts written), per app_id (counter).
 pub const BRONZE_BATCHES_TOTAL: &str = "mssql_cdc_bronze_batches_total";
@@ -87,6 +93,9 @@ fn describe_all() {
     describe_gauge!(SOURCE_RETENTION_HEADROOM_HOURS, "Hours until CDC cleanup may purge the oldest unpublished change.");
     describe_gauge!(SOURCE_POSITION_LSN, "Published position: the LSN's VLF and block as one number.");
     describe_counter!(SOURCE_RETRIES_TOTAL, Unit::Count, "Transient SQL Server errors retried on a new connection.");
+    describe_counter!(SOURCE_SNAPSHOT_ROWS_TOTAL, Unit::Count, "Snapshot rows published, per capture instance.");
+    describe_gauge!(SOURCE_SNAPSHOT_ROWS_DONE, Unit::Count, "Rows the newest snapshot has published so far.");
+    describe_gauge!(SOURCE_SNAPSHOT_ROWS_EXPECTED, Unit::Count, "The table's rows when the newest snapshot opened (estimate).");
     describe_gauge!(PROCESS_START_TIME_SECONDS, Unit::Seconds, "Unix time at which the process started.");
     describe_counter!(BROKER_TLS_CONNECTIONS_TOTAL, Unit::Count, "Connections accepted by the embedded broker's TLS listener.");
     describe_counter!(BROKER_TLS_HANDSHAKE_FAILURES_TOTAL, Unit::Count, "TLS handshakes rejected by the embedded broker's listener.");
@@ -107,6 +116,9 @@ pub const ALL: &[&str] = &[
     SOURCE_RETENTION_HEADROOM_HOURS,
     SOURCE_POSITION_LSN,
     SOURCE_RETRIES_TOTAL,
+    SOURCE_SNAPSHOT_ROWS_TOTAL,
+    SOURCE_SNAPSHOT_ROWS_DONE,
+    SOURCE_SNAPSHOT_ROWS_EXPECTED,
     BRONZE_BATCHES_TOTAL,
     BRONZE_ROWS_TOTAL,
     BRONZE_COMMIT_DURATION_SECONDS,

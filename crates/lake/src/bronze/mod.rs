@@ -233,7 +233,9 @@ impl Writer {
         let records = self.feed.read_ranges(&control.partitions).await?;
         let mut sink = SinkMetrics { read_ms: started.elapsed().as_millis() as u64, bytes: records.iter().map(|r| r.value.len() as u64).sum(), ..Default::default() };
         let writers = self.writer_schemas(&records).await?;
-        let decoded = records::decode(&control.schema, &records, writers.as_ref(), control.batch_id, &control.from_lsn.to_string(), &control.to_lsn.to_string());
+        // Rows lie in the batch's range; a snapshot's all carry its LSN.
+        let (low, high) = control.row_lsn_range();
+        let decoded = records::decode(&control.schema, &records, writers.as_ref(), control.batch_id, &low.to_string(), &high.to_string());
         for (record, reason) in &decoded.bad {
             match &self.settings.bad_records {
                 BadRecords::Stop => {

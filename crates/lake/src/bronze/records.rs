@@ -31,6 +31,7 @@ pub fn comments() -> HashMap<&'static str, &'static str> {
         (log::COMMIT_TS, "Commit time of the transaction, UTC"),
         (log::CAPTURE_INSTANCE, "SQL Server capture instance the change was read from"),
         (log::GENERATION, "Stream generation: 0 until a re-snapshot starts a new one"),
+        (log::SNAPSHOT, "On a snapshot row (operation 0): the snapshot's LSN S; NULL on a change row"),
         (BATCH_ID, "Source batch (control record) the row was published in"),
         (KAFKA_PARTITION, "Data topic partition the record was read from"),
         (KAFKA_OFFSET, "Offset of the record in that partition"),

@@ -157,6 +157,11 @@ impl Applier {
         if last > data_from && run.iter().any(|b| b.batch_id > data_from && b.rows > 0) {
             self.apply_rows(data_from, last, &mut report).await?;
         }
+        // A completed snapshot: silver is its rows plus the changes after it. Idempotent, so
+        // it runs again after a crash between the MERGE and the control row.
+        if let Some(lsn) = run.iter().filter(|b| b.completes_snapshot).filter_map(|b| b.end_lsn.clone()).max() {
+            self.rebuild(&lsn, last, &mut report).await?;
+        }
         let end = run.iter().rev().find_map(|b| b.max_commit_ts);
         let end_lsn = run.last().and_then(|b| b.end_lsn.clone());
         let mut next = self.row.advance(self.granularity, end_lsn.as_deref(), end, last, Utc::now());
@@ -247,6 +252,30 @@ impl Applier {
         self.silver = Some(table);
         self.silver_batch = to;
         fault::crash_point(fault::Point::AfterSilverCommit, to);
+        Ok(())
+    }
+
+    /// After a snapshot at `lsn` completed (its rows and every change before `batch` merged):
+    /// removes the rows whose newest image is older than the snapshot, the keys it did not
+    /// hold. One pass over silver per snapshot; repeating it removes nothing more.
+    async fn rebuild(&mut self, lsn: &str, batch: i64, report: &mut StepReport) -> Result<(), SilverError> {
+        let Some(table) = self.silver.clone() else { return Ok(()) };
+        let properties = CommitProperties::default()
+            .with_application_transaction(Transaction::new(&self.app_id, batch))
+            .with_metadata([("mssql_cdc.rebuilt_from_snapshot".to_owned(), serde_json::json!(lsn))]);
+        let predicate = format!("{} < '{}'", ident(START_LSN), lsn.replace('\'', ""));
+        let (table, metrics) = table
+            .delete()
+            .with_predicate(predicate)
+            .with_commit_properties(properties)
+            .await
+            .map_err(|e| SilverError::delta_at(&self.silver_location, e))?;
+        let removed = metrics.num_deleted_rows.unwrap_or(0) as u64;
+        report.deleted += removed;
+        report.files_added += metrics.num_added_files as u64;
+        report.files_removed += metrics.num_removed_files as u64;
+        self.silver = Some(table);
+        tracing::info!(connector = %self.connector, table = %self.silver_location, snapshot_lsn = %lsn, removed, "silver rebuilt from a completed snapshot: rows it did not hold removed");
         Ok(())
     }
 

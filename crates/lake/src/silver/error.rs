@@ -25,7 +25,7 @@ pub enum SilverError {
         batch: i64,
     },
     /// `keys` is not set and bronze does not record the capture instance's key.
-    #[error("bronze table `{bronze}` does not record the key columns (written by an older bronze sink?): set `keys` in the silver connector")]
+    #[error("bronze table `{bronze}` records no key columns (the source table has no unique index, or an older bronze sink wrote it): set `keys` in the silver connector to the columns that identify a row")]
     NoKeys {
         /// The bronze table.
         bronze: String,

@@ -2,27 +2,30 @@
 //!
 //! Order is invariant 4's: (`_start_lsn`, `_seqval`, `_operation`), all ascending, the last
 //! wins. `_start_lsn` and `_seqval` are fixed-width hex text, so text order is LSN order.
-//! Before-images (operation 3) are dropped first: they are never applied. A winning delete
-//! (operation 1) becomes a row with `_delete = true`; inserts, after-images and snapshot rows
-//! (2, 4, 0) become upserts. A key update arrives as a delete of the old key and an insert of
-//! the new one, so it needs nothing special.
+//! A winning delete (operation 1) becomes a row with `_delete = true`; inserts, after-images
+//! and snapshot rows (2, 4, 0) become upserts. A before-image (operation 3) is never applied as
+//! an image: it removes its key, and its after-image (operation 4, same `_start_lsn` and
+//! `_seqval`, so later in the order) writes the key again. With a unique index the two share
+//! the key and the after-image wins; on a table without one, whose silver `keys` an update may
+//! change, the old key goes away. A key update of an indexed table arrives as a delete of the
+//! old key and an insert of the new one, so it needs nothing special.
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, Int32Array, RecordBatch, StringArray, UInt32Array};
-use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
+use arrow::compute::{concat_batches, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use arrow::row::{RowConverter, SortField};
 
-use mssql_cdc_core::log::schema::{CAPTURE_INSTANCE, COMMAND_ID, GENERATION, OPERATION, SEQVAL, START_LSN};
+use mssql_cdc_core::log::schema::{CAPTURE_INSTANCE, COMMAND_ID, GENERATION, OPERATION, SEQVAL, SNAPSHOT, START_LSN};
 use crate::bronze::records::{BATCH_ID, KAFKA_OFFSET, KAFKA_PARTITION};
 
 /// The column of the folded rows that says "delete this key".
 pub const DELETE: &str = "_delete";
 
 /// Bronze columns silver does not keep.
-pub const DROPPED: &[&str] = &[SEQVAL, OPERATION, COMMAND_ID, CAPTURE_INSTANCE, GENERATION, BATCH_ID, KAFKA_PARTITION, KAFKA_OFFSET];
+pub const DROPPED: &[&str] = &[SEQVAL, OPERATION, COMMAND_ID, CAPTURE_INSTANCE, GENERATION, SNAPSHOT, BATCH_ID, KAFKA_PARTITION, KAFKA_OFFSET];
 
 /// Silver's layout for a bronze layout: the captured columns, `_start_lsn` and `_commit_ts`.
 pub fn silver_schema(bronze: &Schema) -> SchemaRef {
@@ -46,9 +49,7 @@ pub fn fold(batches: &[RecordBatch], keys: &[String]) -> Result<(Option<RecordBa
     let Some(first) = batches.first() else { return Ok((None, FoldCounts::default())) };
     let all = concat_batches(&first.schema(), batches)?;
     let mut counts = FoldCounts { changes: all.num_rows(), ..FoldCounts::default() };
-    let operation = int32(&all, OPERATION)?;
-    let keep: BooleanArray = operation.iter().map(|op| Some(op != Some(3))).collect();
-    let rows = filter_record_batch(&all, &keep)?;
+    let rows = all;
     if rows.num_rows() == 0 {
         return Ok((None, counts));
     }
@@ -74,7 +75,7 @@ pub fn fold(batches: &[RecordBatch], keys: &[String]) -> Result<(Option<RecordBa
     }
     let winners = UInt32Array::from(winners);
     let chosen = take_record_batch(&rows, &winners)?;
-    let deletes: BooleanArray = int32(&chosen, OPERATION)?.iter().map(|op| Some(op == Some(1))).collect();
+    let deletes: BooleanArray = int32(&chosen, OPERATION)?.iter().map(|op| Some(matches!(op, Some(1 | 3)))).collect();
     counts.deletes = deletes.true_count();
     counts.upserts = chosen.num_rows() - counts.deletes;
     let silver = silver_schema(&chosen.schema());
@@ -150,6 +151,23 @@ pub(crate) mod tests {
                 _ => {}
             }
         }
+    }
+
+    /// On a table without a unique index, an UPDATE of silver's `keys` column arrives as a
+    /// before-image with the old key and an after-image with the new one: the old key goes.
+    #[test]
+    fn an_update_that_changes_the_key_of_a_keyless_table_removes_the_old_key() {
+        let changes: Vec<Change> = vec![(5, 1, 1, 2, 50), (5, 2, 1, 3, 50), (2000, 2, 1, 4, 51), (7, 3, 1, 3, 70), (7, 3, 1, 4, 71)];
+        let (folded, counts) = fold(&[bronze_batch(&changes)], &["id".to_owned()]).unwrap();
+        let folded = folded.unwrap();
+        let ids = folded.column_by_name("id").unwrap().as_any().downcast_ref::<Int64Array>().unwrap();
+        let values = folded.column_by_name("value").unwrap().as_any().downcast_ref::<Int64Array>().unwrap();
+        let deletes = folded.column_by_name(DELETE).unwrap().as_any().downcast_ref::<BooleanArray>().unwrap();
+        let rows: BTreeMap<i64, (bool, i64)> = (0..folded.num_rows()).map(|i| (ids.value(i), (deletes.value(i), values.value(i)))).collect();
+        assert!(rows[&5].0, "the old key is deleted");
+        assert_eq!(rows[&2000], (false, 51), "the new key holds the after-image");
+        assert_eq!(rows[&7], (false, 71), "an update keeping the key applies its after-image");
+        assert_eq!((counts.deletes, counts.upserts), (1, 2));
     }
 
     /// Within one batch, the fold equals applying the changes one by one in order, whatever

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{Position, Setup, Step, Stream};
+use crate::config::OnDataLoss;
 use crate::connection::TdsClient;
 use crate::error::SourceError;
 use crate::publish::Producing;
@@ -54,11 +55,23 @@ impl Stream {
     /// record.
     pub(super) async fn batch(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, state: ServerState) -> Result<Step, SourceError> {
         let started = Instant::now();
+        if self.options.on_data_loss == OnDataLoss::Resnapshot
+            && state.max_lsn != Lsn::ZERO
+            && position.lsn <= state.max_lsn
+            && let Some(lost) = self.lost_range(conn, setup, position, &state).await?
+        {
+            self.resnapshot_after_loss(setup, position, lost)?;
+            return Ok(Step::Published);
+        }
         let Some(mut plan) = self.plan(conn, setup, position, &state).await? else {
             return Ok(Step::Idle);
         };
         self.publisher.begin();
-        let rows = self.read(conn, setup, position, &mut plan).await?;
+        let Some(rows) = self.read(conn, setup, position, &mut plan).await? else {
+            // Cleanup overtook the read: the next step re-snapshots.
+            self.publisher.finish().await?;
+            return Ok(Step::Published);
+        };
         if rows.count == 0 && plan.events.is_empty() && plan.caught_up && !plan.heartbeat_due {
             // Nothing worth a record yet: the commits stay for the next batch.
             self.publisher.finish().await?;
@@ -99,13 +112,7 @@ impl Stream {
             from = state.min_lsn.decrement();
             events.push(skipped);
         }
-        let (zone, warnings) = match &setup.zone {
-            Some(zone) => (ZoneRule::Named(zone.clone()), Vec::new()),
-            None => (
-                ZoneRule::CurrentOffset(*state.now.offset()),
-                vec![format!("commit times converted with the server's current UTC offset {} (no zone name)", state.now.offset())],
-            ),
-        };
+        let (zone, warnings) = zone_rule(setup, state);
         let mut commits = if state.max_lsn > from {
             reader::plan(conn, &self.connector, from, state.max_lsn, self.options.max_commits_per_batch).await?
         } else {
@@ -134,10 +141,12 @@ impl Stream {
     /// Reads the planned change rows into Arrow batches of `fetch_rows`, encoding and
     /// publishing each as it fills; then checks for data loss again (cleanup may have run
     /// during the read) and adds any `data_skipped` event to the plan.
-    async fn read(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, plan: &mut Plan) -> Result<Rows, SourceError> {
+    /// `None` when cleanup ran during the read under `on_data_loss = "resnapshot"`: the batch
+    /// is abandoned (its records are orphans no control record names).
+    async fn read(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, plan: &mut Plan) -> Result<Option<Rows>, SourceError> {
         let mut rows = Rows::default();
         if plan.to <= plan.from {
-            return Ok(rows);
+            return Ok(Some(rows));
         }
         let ci = setup.instance.name.as_str();
         let (from, to, utc) = (plan.from, plan.to, &plan.utc);
@@ -164,15 +173,18 @@ impl Stream {
             rows.bytes += self.publish_rows(setup, builder.finish()).await?;
         }
         let after = reader::server_state(conn, &self.connector, ci).await?;
+        if self.options.on_data_loss == OnDataLoss::Resnapshot && after.min_lsn > plan.from.increment() {
+            return Ok(None);
+        }
         if let Some(skipped) = self.check_loss(ci, plan.from, after.min_lsn, false)? {
             plan.events.push(skipped);
         }
-        Ok(rows)
+        Ok(Some(rows))
     }
 
     /// Encodes one Arrow batch (JSON, or Avro in the Confluent wire format) and queues its
     /// records, off the async workers; returns the bytes queued.
-    async fn publish_rows(&self, setup: &Setup, batch: arrow::array::RecordBatch) -> Result<u64, SourceError> {
+    pub(super) async fn publish_rows(&self, setup: &Setup, batch: arrow::array::RecordBatch) -> Result<u64, SourceError> {
         let (schema, topic, ids) = (setup.schema.clone(), setup.data_topic.clone(), setup.key_schema_id.zip(setup.value_schema_id));
         self.publisher.queue(move |producer| encode_and_queue(producer, &schema, &topic, ids, &batch)).await
     }
@@ -186,13 +198,8 @@ impl Stream {
             let oldest_unread = plan.next_unread.map_or(now_utc, |c| plan.zone.to_utc(c.local_time, None));
             ((oldest_unread - now_utc).num_seconds() as f64 + minutes as f64 * 60.0) / 3600.0
         });
+        let base = self.record_base(setup, position, state, read, rows.bytes);
         ControlRecord {
-            version: CONTROL_VERSION,
-            batch_id: position.next_batch_id,
-            generation: position.generation,
-            capture_instance: setup.instance.name.clone(),
-            data_topic: setup.data_topic.clone(),
-            from_lsn: position.lsn,
             to_lsn: plan.to,
             commits: plan.commits.len() as u64,
             rows: rows.count,
@@ -200,29 +207,58 @@ impl Stream {
             max_row_lsn: rows.max_lsn,
             min_commit_ts: plan.utc.first().map(|c| c.1),
             max_commit_ts: plan.utc.last().map(|c| c.1),
+            last_commit_ts: plan.utc.last().map(|c| c.1).or(position.last_commit_ts),
             partitions,
+            events: plan.events.clone(),
+            warnings: plan.warnings.clone(),
+            metrics: SourceMetrics { capture_lag_seconds, retention_headroom_hours, ..base.metrics },
+            ..base
+        }
+    }
+
+    /// A control record for the batch after `position` that covers nothing and carries nothing
+    /// yet: the stream's identity, layout and snapshot state, and the server's maximum LSN.
+    pub(super) fn record_base(&self, setup: &Setup, position: &Position, state: &ServerState, read: Duration, bytes: u64) -> ControlRecord {
+        ControlRecord {
+            version: CONTROL_VERSION,
+            batch_id: position.next_batch_id,
+            generation: position.generation,
+            capture_instance: setup.instance.name.clone(),
+            data_topic: setup.data_topic.clone(),
+            from_lsn: position.lsn,
+            to_lsn: position.lsn,
+            commits: 0,
+            rows: 0,
+            min_row_lsn: None,
+            max_row_lsn: None,
+            min_commit_ts: None,
+            max_commit_ts: None,
+            last_commit_ts: position.last_commit_ts,
+            partitions: Vec::new(),
             format: self.options.encoding.format(),
             schema_version: setup.schema.fingerprint(),
             schema: setup.schema.clone(),
             schema_id: setup.value_schema_id,
-            events: plan.events.clone(),
-            warnings: plan.warnings.clone(),
+            events: Vec::new(),
+            warnings: Vec::new(),
             metrics: SourceMetrics {
                 max_lsn: Some(state.max_lsn),
-                capture_lag_seconds,
-                retention_headroom_hours,
+                capture_lag_seconds: None,
+                retention_headroom_hours: None,
                 read_ms: read.as_millis() as u64,
-                bytes: rows.bytes,
+                bytes,
                 published_at: Some(Utc::now()),
             },
+            snapshot: position.snapshot.clone(),
         }
     }
 
     /// Logs and counts a published batch and its events.
-    fn published(&self, record: &ControlRecord, duration: Duration) {
+    pub(super) fn published(&self, record: &ControlRecord, duration: Duration) {
         for event in &record.events {
-            let Event::DataSkipped { from_lsn, to_lsn, certain } = event;
-            tracing::warn!(connector = %self.connector_name, capture_instance = %record.capture_instance, from_lsn = %from_lsn, to_lsn = %to_lsn, certain, "changes purged by CDC cleanup were skipped (fail_on_data_loss = false); data_skipped published");
+            if let Event::DataSkipped { from_lsn, to_lsn, certain } = event {
+                tracing::warn!(connector = %self.connector_name, capture_instance = %record.capture_instance, from_lsn = %from_lsn, to_lsn = %to_lsn, certain, "changes purged by CDC cleanup were skipped (on_data_loss = skip); data_skipped published");
+            }
         }
         SourceBatchPublished {
             connector: &self.connector_name,
@@ -249,16 +285,28 @@ impl Stream {
             return Ok(None);
         }
         let (from_lsn, to_lsn) = (next, min_lsn.decrement());
-        if self.options.fail_on_data_loss {
-            return Err(SourceError::DataLoss { capture_instance: ci.to_owned(), from_lsn, to_lsn, min_lsn });
+        match self.options.on_data_loss {
+            OnDataLoss::Skip => Ok(Some(Event::DataSkipped { from_lsn, to_lsn, certain })),
+            OnDataLoss::Fail | OnDataLoss::Resnapshot => Err(SourceError::DataLoss { capture_instance: ci.to_owned(), from_lsn, to_lsn, min_lsn }),
         }
-        Ok(Some(Event::DataSkipped { from_lsn, to_lsn, certain }))
+    }
+}
+
+/// How local commit times become UTC for a batch: the zone's rules, or without a zone name the
+/// server's current offset (with a warning for the control record).
+pub(super) fn zone_rule(setup: &Setup, state: &ServerState) -> (ZoneRule, Vec<String>) {
+    match &setup.zone {
+        Some(zone) => (ZoneRule::Named(zone.clone()), Vec::new()),
+        None => (
+            ZoneRule::CurrentOffset(*state.now.offset()),
+            vec![format!("commit times converted with the server's current UTC offset {} (no zone name)", state.now.offset())],
+        ),
     }
 }
 
 impl Position {
     /// Past a published batch.
-    fn advance(&mut self, record: &ControlRecord) {
+    pub(super) fn advance(&mut self, record: &ControlRecord) {
         self.lsn = record.to_lsn;
         self.next_batch_id += 1;
         self.last_published = Instant::now();

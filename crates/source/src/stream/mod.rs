@@ -3,6 +3,7 @@
 //! transient SQL Server faults on a new connection, for up to `retry_timeout_ms`.
 
 mod batch;
+mod snapshot;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use crate::publish::Publisher;
 use crate::reader::{self, Instance, ServerState};
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::registry::SchemaRegistry;
+use mssql_cdc_core::log::control::SnapshotKind;
 use mssql_cdc_core::log::schema::TableSchema;
 use mssql_cdc_core::log::topic::control_topic_for;
 use mssql_cdc_core::stage::retry::Decision;
@@ -38,6 +40,10 @@ enum Step {
 struct Setup {
     instance: Instance,
     schema: TableSchema,
+    /// The select list of the captured columns (casts applied).
+    select: Vec<String>,
+    /// The source table, quoted: `[schema].[table]`.
+    table: String,
     change_sql: String,
     data_topic: String,
     control_topic: String,
@@ -62,6 +68,14 @@ struct Position {
     last_published: Instant,
     /// UTC time of the last commit published (keeps fall-back hours in order across batches).
     last_commit_ts: Option<DateTime<Utc>>,
+    /// The stream's newest snapshot (open or complete), as its last control record has it.
+    snapshot: Option<mssql_cdc_core::log::control::SnapshotState>,
+    /// A snapshot to open at the next step.
+    open_next: Option<snapshot::Opening>,
+    /// Whether the connection holds the open snapshot's SNAPSHOT transaction.
+    snapshot_txn: bool,
+    /// Rows/s of the snapshot this process reads.
+    pace: Option<snapshot::Pace>,
 }
 
 /// One capture instance's stream.
@@ -138,6 +152,7 @@ impl Stream {
     /// Connects, sets up and positions the stream where not done yet (each kept across a
     /// reconnect), then runs one batch.
     async fn step(&self, client: &mut Option<TdsClient>, setup: &mut Option<Setup>, position: &mut Option<Position>) -> Result<Step, SourceError> {
+        let fresh = client.is_none();
         let conn = match client.take() {
             Some(conn) => client.insert(conn),
             None => client.insert(self.connector.connect().await?),
@@ -153,6 +168,20 @@ impl Stream {
             None => self.start_position(setup, &state).await?,
         };
         let position = position.insert(start);
+        if fresh {
+            // A new connection holds no transaction of an earlier one.
+            position.snapshot_txn = false;
+        }
+        if let Some(opening) = position.open_next.clone() {
+            let step = self.open_snapshot(conn, setup, position, &state, &opening).await?;
+            if matches!(step, Step::Published) {
+                position.open_next = None;
+            }
+            return Ok(step);
+        }
+        if position.snapshot.as_ref().is_some_and(|s| !s.complete) {
+            return self.snapshot_step(conn, setup, position, &state).await;
+        }
         self.batch(conn, setup, position, state).await
     }
 
@@ -192,9 +221,10 @@ impl Stream {
             None => (None, None),
         };
         let change_sql = reader::change_query(&instance.name, &select, schema.include_command_id);
+        let table = format!("{}.{}", reader::quote(&instance.source_schema), reader::quote(&instance.source_table));
         register_source(&self.connector_name, &instance.name);
         tracing::info!(connector = %self.connector_name, capture_instance = %instance.name, topic = %data_topic, columns = schema.columns.len(), "source stream ready");
-        Ok(Setup { instance, schema, change_sql, data_topic, control_topic, zone, retention_minutes, key_schema_id, value_schema_id })
+        Ok(Setup { instance, schema, select, table, change_sql, data_topic, control_topic, zone, retention_minutes, key_schema_id, value_schema_id })
     }
 
     async fn start_position(&self, setup: &Setup, state: &ServerState) -> Result<Position, SourceError> {
@@ -204,12 +234,19 @@ impl Stream {
                 // A position past the server's max LSN is refused by the batch that follows,
                 // with the same state.
                 tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, position = %record.to_lsn, batch_id = record.batch_id + 1, "resuming from the control topic");
+                if let Some(open) = record.open_snapshot() {
+                    tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, lsn = %open.lsn, kind = %open.kind, rows_done = open.rows_done, "resuming the open snapshot after its last published rows");
+                }
                 Position {
                     lsn: record.to_lsn,
                     next_batch_id: record.batch_id + 1,
                     generation: record.generation,
                     last_published: Instant::now(),
-                    last_commit_ts: record.max_commit_ts,
+                    last_commit_ts: record.max_commit_ts.or(record.last_commit_ts),
+                    snapshot: record.snapshot,
+                    open_next: None,
+                    snapshot_txn: false,
+                    pace: None,
                 }
             }
             None => {
@@ -218,8 +255,19 @@ impl Stream {
                     StartingLsn::Latest => state.max_lsn,
                     StartingLsn::After(lsn) => lsn,
                 };
-                tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, position = %lsn, starting_lsn = %self.options.starting_lsn, "starting a new stream");
-                Position { lsn, next_batch_id: 0, generation: 0, last_published: Instant::now() - Duration::from_secs(86_400), last_commit_ts: None }
+                let bootstrap = self.options.snapshot.bootstrap;
+                tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, position = %lsn, starting_lsn = %self.options.starting_lsn, bootstrap, "starting a new stream");
+                Position {
+                    lsn,
+                    next_batch_id: 0,
+                    generation: 0,
+                    last_published: Instant::now() - Duration::from_secs(86_400),
+                    last_commit_ts: None,
+                    snapshot: None,
+                    open_next: bootstrap.then_some(snapshot::Opening { kind: SnapshotKind::Bootstrap, lost: None }),
+                    snapshot_txn: false,
+                    pace: None,
+                }
             }
         };
         Ok(position)
