@@ -13,7 +13,7 @@
 //! The chaos suite does the same while SIGKILLing random stages over and over. For a soak:
 //!
 //! ```text
-//! MSSQL_CDC_CHAOS_KILLS=200 MSSQL_CDC_CHAOS_CHANGES=60000 scripts/test.sh --test pipeline the_pipeline_survives
+//! MSSQL_CDC_CHAOS_KILLS=200 MSSQL_CDC_CHAOS_CHANGES=60000 scripts/test.sh --test e2e pipeline::the_pipeline_survives
 //! ```
 //!
 //! The resilience suite starts the stages together and in reverse order, restarts the broker
@@ -21,7 +21,7 @@
 // A test panics on what it did not expect: that is the failure, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -840,7 +840,7 @@ fn an_exhausted_retry_budget_stops_the_stage_naming_the_cause() {
 /// (each at least 5 times; `MSSQL_CDC_CHAOS_KILLS` in all, default 24) while the workload
 /// (`MSSQL_CDC_CHAOS_CHANGES` changes, default 6000) runs, and silver's `finalized_until` and
 /// applied position never move back across the kills. Soak with
-/// `MSSQL_CDC_CHAOS_KILLS=200 MSSQL_CDC_CHAOS_CHANGES=60000 scripts/test.sh --test pipeline the_pipeline_survives`.
+/// `MSSQL_CDC_CHAOS_KILLS=200 MSSQL_CDC_CHAOS_CHANGES=60000 scripts/test.sh --test e2e pipeline::the_pipeline_survives`.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_pipeline_survives_sigkills_of_every_stage() {
     let kills = env_u64("MSSQL_CDC_CHAOS_KILLS", 24);

@@ -5,7 +5,7 @@
 // A test panics on what it did not expect: that is the failure, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

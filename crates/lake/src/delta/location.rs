@@ -30,12 +30,26 @@ pub fn normalized(location: &str) -> String {
     url.trim_end_matches('/').to_owned()
 }
 
+/// The cargo feature a location's scheme needs when this build lacks it (`gs` without `gcs`,
+/// `az`/`abfs`/`abfss` without `azure`).
+pub fn missing_feature(location: &str) -> Option<&'static str> {
+    match location.split_once("://").map(|(scheme, _)| scheme) {
+        Some("gs") if !cfg!(feature = "gcs") => Some("gcs"),
+        Some("az" | "abfs" | "abfss") if !cfg!(feature = "azure") => Some("azure"),
+        _ => None,
+    }
+}
+
 /// Checks an optional table location option (missing when required, or malformed) and yields
 /// the location when it is present and valid.
 pub fn check_location(problems: &mut Problems, key: &str, location: Option<&str>, required: bool) -> Option<String> {
     match location {
         None if required => problems.missing(key, TABLE_FORM),
         Some(location) if !is_valid_table_location(location) => problems.invalid(key, "not a table location", TABLE_FORM),
+        Some(location) if missing_feature(location).is_some() => {
+            let feature = missing_feature(location).unwrap_or_default();
+            problems.invalid(key, format!("this build has no {feature} object store"), format!("a build with `--features {feature}` (or a local, file:// or s3:// location)"));
+        }
         Some(location) => return Some(location.to_owned()),
         None => {}
     }
@@ -53,6 +67,15 @@ mod tests {
         assert!(!is_valid_table_location(""));
         assert!(!is_valid_table_location("ftp://x/y"));
         assert!(!is_valid_table_location("s3://"));
+    }
+
+    /// A scheme whose backend this build leaves out is named with the feature that adds it.
+    #[test]
+    fn schemes_name_their_feature() {
+        assert_eq!(missing_feature("s3://lake/t"), None);
+        assert_eq!(missing_feature("./t"), None);
+        assert_eq!(missing_feature("gs://lake/t"), (!cfg!(feature = "gcs")).then_some("gcs"));
+        assert_eq!(missing_feature("abfss://c@a.dfs.core.windows.net/t"), (!cfg!(feature = "azure")).then_some("azure"));
     }
 
     /// A relative path, its absolute form and its `file://` URL name one table.

@@ -48,13 +48,16 @@ impl StorageOptions {
     }
 }
 
-/// Makes the `s3://` (and `s3a://`), `gs://` and `az://`/`abfs(s)://` schemes known to
-/// delta-rs; done once per process, before the first table is opened.
+/// Makes the `s3://` (and `s3a://`) schemes known to delta-rs, and `gs://` and
+/// `az://`/`abfs(s)://` in builds with the `gcs` and `azure` features; done once per process,
+/// before the first table is opened.
 pub fn register_object_stores() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         deltalake::aws::register_handlers(None);
+        #[cfg(feature = "azure")]
         deltalake::azure::register_handlers(None);
+        #[cfg(feature = "gcs")]
         deltalake::gcp::register_handlers(None);
     });
 }
