@@ -19,8 +19,9 @@ cache="${MSSQL_CDC_CACHE:-$HOME/.cache/mssql-cdc}"
 mkdir -p "$cache"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
 
-# --- Debian packages: a C toolchain for librdkafka and SQLite, OpenSSL for TLS/SASL. -------
-packages=(build-essential pkg-config libssl-dev zlib1g-dev python3 python3-venv)
+# --- Debian packages: a C toolchain for librdkafka and SQLite, OpenSSL for TLS/SASL; the
+# deployment checkers (docker-compose for the Compose file, promtool from prometheus). ------
+packages=(build-essential pkg-config libssl-dev zlib1g-dev python3 python3-venv docker-compose prometheus)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")

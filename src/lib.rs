@@ -20,7 +20,7 @@
 //! | `mssql-cdc-core` | configuration, the stage contract, the Kafka log contract, Kafka plumbing, telemetry |
 //! | `mssql-cdc-source` | the `mssql-source` stage: SQL Server CDC → Kafka |
 //! | `mssql-cdc-lake` | Delta plumbing, the facts table, the `delta-bronze` and `delta-silver` stages |
-//! | `mssql-cdc` (this one) | the registry of connector kinds ([`connectors`]), the embedded broker, and the binary's commands |
+//! | `mssql-cdc` (this one) | the registry of connector kinds ([`connectors`]), the worker that runs connectors and its management API ([`worker`]), the embedded broker, and the binary's commands |
 //!
 //! ## Example
 //!
@@ -47,3 +47,4 @@
 #[cfg(feature = "embedded-broker")]
 pub mod broker;
 pub mod connectors;
+pub mod worker;

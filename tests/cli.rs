@@ -12,13 +12,26 @@ fn help_lists_every_subcommand_with_a_description() {
     let output = Command::new(support::bin()).arg("--help").output().unwrap();
     assert!(output.status.success());
     let help = String::from_utf8(output.stdout).unwrap();
-    for command in ["demo", "broker", "validate"] {
+    for command in ["demo", "broker", "validate", "run", "snapshot", "status", "health"] {
         let line = help
             .lines()
             .find(|line| line.trim_start().starts_with(&format!("{command} ")))
             .unwrap_or_else(|| panic!("{command} missing from:\n{help}"));
         assert!(line.split_whitespace().count() > 3, "{command} has no description: {line}");
     }
+}
+
+/// `health` answers by exit code: 0 when a process's `/health` says 200 (the container
+/// image's HEALTHCHECK), 1 when nothing answers.
+#[test]
+fn health_answers_by_exit_code() {
+    let broker = support::TestBroker::start().unwrap();
+    let metrics = broker.metrics.expect("the test broker serves /metrics and /health");
+    let status = Command::new(support::bin()).args(["health", "--address", &metrics.to_string()]).status().unwrap();
+    assert!(status.success(), "the broker's /health answers 200");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let status = Command::new(support::bin()).args(["health", "--address", &closed.to_string(), "--timeout", "2"]).status().unwrap();
+    assert_eq!(status.code(), Some(1), "nothing listens there");
 }
 
 /// Invariant: the README's main command works with nothing but the binary: the simulator,

@@ -6,12 +6,16 @@
 //! scripts/test.sh --test e2e pipeline::      # the end-to-end, chaos and resilience suites
 //! scripts/test.sh --test e2e bronze::        # the bronze sink
 //! ```
+// A test panics on what it did not expect: that is the failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+mod api;
 mod broker;
 mod bronze;
 mod cli;
+mod deploy;
 mod pipeline;
 mod silver;
 mod source;

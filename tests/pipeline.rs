@@ -151,11 +151,27 @@ struct Observed {
     rows: Option<Vec<Order>>,
 }
 
-/// Runs [`READ`] on the pipeline's tables in `lake`.
-fn observe(lake: &Lake, full: bool) -> Observed {
+/// The tables [`READ`] reads, and their storage options (JSON).
+#[derive(Clone, Debug)]
+struct Tables {
+    facts: String,
+    bronze: String,
+    control: String,
+    silver: String,
+    storage: String,
+}
+
+impl Tables {
+    /// The tables the suites' connector files write under `lake`.
+    fn of(lake: &Lake) -> Self {
+        Self { facts: lake.table("facts"), bronze: lake.table("orders-bronze"), control: lake.table("control"), silver: lake.table("silver"), storage: lake.storage_json() }
+    }
+}
+
+/// Runs [`READ`] on a pipeline's tables.
+fn observe(tables: &Tables, full: bool) -> Observed {
     let mode = if full { "full" } else { "progress" };
-    let (facts, bronze, control, silver) = (lake.table("facts"), lake.table("orders-bronze"), lake.table("control"), lake.table("silver"));
-    let output = run_python(READ, &[&facts, &bronze, &control, &silver, BRONZE_APP, mode, &lake.storage_json()]);
+    let output = run_python(READ, &[&tables.facts, &tables.bronze, &tables.control, &tables.silver, BRONZE_APP, mode, &tables.storage]);
     let value: serde_json::Value = serde_json::from_str(output.trim()).unwrap_or_else(|e| panic!("reader output is JSON ({e}): {output}"));
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_else(|| panic!("text expected: {v}")).to_owned();
     let int = |v: &serde_json::Value| v.as_i64().unwrap_or_else(|| panic!("an integer expected: {v}"));
@@ -362,11 +378,64 @@ struct Setup {
     preloaded: u64,
     /// Extra source connector lines (`bootstrap = true`, ...).
     source_extra: &'static str,
+    /// Run the compose stack's own files (`compose/worker.toml`, `compose/connectors/`)
+    /// with this schema registry URL, instead of the suites' generated ones.
+    compose: Option<String>,
 }
 
 impl Default for Setup {
     fn default() -> Self {
-        Self { start: Start::SourceFirst, worker_extra: "", s3: false, preloaded: 0, source_extra: "" }
+        Self { start: Start::SourceFirst, worker_extra: "", s3: false, preloaded: 0, source_extra: "", compose: None }
+    }
+}
+
+/// A pipeline's worker and connector files, the tables its sinks write, and the environment
+/// its stages run with.
+struct Files {
+    source_worker: std::path::PathBuf,
+    source: std::path::PathBuf,
+    sink_worker: std::path::PathBuf,
+    bronze: std::path::PathBuf,
+    silver: std::path::PathBuf,
+    tables: Tables,
+    env: Vec<(String, String)>,
+}
+
+/// The compose stack's files with only its services' addresses replaced by this machine's:
+/// SQL Server by the simulator, Kafka by the test broker, the schema registry by `registry`,
+/// MinIO by the S3 server (through `endpoint`), and the topic prefix made unique.
+fn compose_files(dir: &std::path::Path, sim: &SimServer, broker: &TestBroker, registry: &str, endpoint: &str, prefix: &str, storage: &[(&str, String)]) -> Files {
+    let compose = support::repo().join("compose");
+    let rewrite = |text: String| {
+        text.replace("Server=sqlserver,1433", &format!("Server=127.0.0.1,{}", sim.address.port()))
+            .replace("\"kafka:9092\"", &format!("\"{}\"", broker.bootstrap))
+            .replace("0.0.0.0:9464", "127.0.0.1:0")
+            .replace("http://schema-registry:8081", registry)
+            .replace("http://minio:9000", endpoint)
+            .replace("topic_prefix = \"cdc\"", &format!("topic_prefix = \"{prefix}\""))
+            .replace("\"cdc.sales.dbo.orders\"", &format!("\"{prefix}.sales.dbo.orders\""))
+    };
+    let copy = |from: &str, to: &str| support::write_file(dir, to, &rewrite(std::fs::read_to_string(compose.join(from)).unwrap()));
+    let worker = copy("worker.toml", "worker.toml");
+    let secret = |key: &str| storage.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone()).unwrap();
+    Files {
+        source_worker: worker.clone(),
+        source: copy("connectors/source.toml", "source.toml"),
+        sink_worker: worker,
+        bronze: copy("connectors/bronze.toml", "bronze.toml"),
+        silver: copy("connectors/silver.toml", "silver.toml"),
+        tables: Tables {
+            facts: "s3://lake/ops/facts".into(),
+            bronze: "s3://lake/bronze/orders".into(),
+            control: "s3://lake/ops/finalization".into(),
+            silver: "s3://lake/silver/orders".into(),
+            storage: serde_json::Value::Object(storage.iter().map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(v.as_str()))).collect()).to_string(),
+        },
+        env: vec![
+            ("MSSQL_SA_PASSWORD".into(), mssql_cdc_sim::client::password_from_env()),
+            ("MINIO_ROOT_USER".into(), secret("AWS_ACCESS_KEY_ID")),
+            ("MINIO_ROOT_PASSWORD".into(), secret("AWS_SECRET_ACCESS_KEY")),
+        ],
     }
 }
 
@@ -377,7 +446,6 @@ struct Pipeline {
     broker: TestBroker,
     sim: SimServer,
     topic: String,
-    lake: Lake,
     /// The S3 server and the proxy in front of it, for the object-store outage.
     s3: Option<(S3Server, Proxy)>,
     /// Each stage's `/metrics`, scraped just before its clean stop.
@@ -389,6 +457,13 @@ struct Pipeline {
     /// Change rows CDC cleanup purged, read before the purge: part of the history bronze
     /// must hold.
     purged: Vec<Coordinates>,
+    /// LSN ranges `(from, to]` a snapshot's completion moved the position over: their changes
+    /// reach the log only as the snapshot's rows, so bronze does not hold them.
+    skipped: Vec<(String, String)>,
+    /// The tables the reader reads.
+    tables: Tables,
+    /// The stages' environment.
+    env: Vec<(String, String)>,
     dir: tempfile::TempDir,
 }
 
@@ -403,7 +478,7 @@ impl Pipeline {
         let mut init = WorkloadProcess::spawn(sim.address, &dir.path().join("setup.log"), &["--setup", "--changes", "0", "--rate", "0", "--preloaded", &preloaded]).unwrap();
         assert!(init.finish(Duration::from_secs(600)).unwrap().success(), "setup failed:\n{}", init.log());
 
-        let (lake, s3) = if setup.s3 {
+        let (lake, s3) = if setup.s3 || setup.compose.is_some() {
             let server = S3Server::start("lake");
             let proxy = Proxy::start(server.address());
             let endpoint = format!("http://{}", proxy.address);
@@ -414,17 +489,24 @@ impl Pipeline {
         };
         let prefix = unique("e2e");
         let topic = format!("{prefix}.sales.dbo.orders");
-        let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, &format!("max_commits_per_batch = 50\n{}", setup.source_extra));
-        std::fs::write(&worker, format!("{}{}", std::fs::read_to_string(&worker).unwrap(), setup.worker_extra)).unwrap();
-        let sinks = sink_worker(dir.path(), &broker);
-        std::fs::write(&sinks, format!("{}{}", std::fs::read_to_string(&sinks).unwrap(), setup.worker_extra)).unwrap();
-        let bronze_connector = bronze_file_in(dir.path(), &lake, "orders", &topic, BRONZE_APP, "");
-        let silver_connector = silver_file_in(dir.path(), &lake, 20);
-        let source_files = (worker.clone(), connector.clone());
+        let files = match (&setup.compose, &s3) {
+            (Some(registry), Some((server, proxy))) => compose_files(dir.path(), &sim, &broker, registry, &format!("http://{}", proxy.address), &prefix, &server.options_at(&format!("http://{}", proxy.address))),
+            _ => {
+                let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, &format!("max_commits_per_batch = 50\n{}", setup.source_extra));
+                std::fs::write(&worker, format!("{}{}", std::fs::read_to_string(&worker).unwrap(), setup.worker_extra)).unwrap();
+                let sinks = sink_worker(dir.path(), &broker);
+                std::fs::write(&sinks, format!("{}{}", std::fs::read_to_string(&sinks).unwrap(), setup.worker_extra)).unwrap();
+                let bronze = bronze_file_in(dir.path(), &lake, "orders", &topic, BRONZE_APP, "");
+                let silver = silver_file_in(dir.path(), &lake, 20);
+                Files { source_worker: worker, source: connector, sink_worker: sinks, bronze, silver, tables: Tables::of(&lake), env: Vec::new() }
+            }
+        };
+        let source_files = (files.source_worker.clone(), files.source.clone());
+        let env: Vec<(&str, &str)> = files.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let spawn = |which: usize| match which {
-            SOURCE => spawn_stage(&worker, &connector, &[]),
-            BRONZE => spawn_stage(&sinks, &bronze_connector, &[]),
-            _ => spawn_stage(&sinks, &silver_connector, &[]),
+            SOURCE => spawn_stage(&files.source_worker, &files.source, &env),
+            BRONZE => spawn_stage(&files.sink_worker, &files.bronze, &env),
+            _ => spawn_stage(&files.sink_worker, &files.silver, &env),
         };
         let stages = match setup.start {
             Start::SourceFirst => {
@@ -442,7 +524,8 @@ impl Pipeline {
                 vec![spawn(SOURCE), bronze, silver]
             }
         };
-        Self { stages, broker, sim, topic, lake, s3, scraped: String::new(), preloaded: setup.preloaded, source_files, purged: Vec::new(), dir }
+        let (tables, env) = (files.tables.clone(), files.env.clone());
+        Self { stages, broker, sim, topic, s3, scraped: String::new(), preloaded: setup.preloaded, source_files, purged: Vec::new(), skipped: Vec::new(), tables, env, dir }
     }
 
     /// The main workload: `changes` changes at `rate` changes/s, concurrently with the stages.
@@ -454,14 +537,18 @@ impl Pipeline {
 
     /// Starts the source again (after [`Self::stop_source`]).
     fn start_source(&mut self) {
-        self.stages[SOURCE] = spawn_stage(&self.source_files.0, &self.source_files.1, &[]);
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.stages[SOURCE] = spawn_stage(&self.source_files.0, &self.source_files.1, &env);
     }
 
-    /// Waits for the source to publish everything CDC holds, then stops it cleanly; returns its
-    /// last control record.
+    /// Waits for the source to publish everything CDC holds (the capture job harvests every
+    /// 100 ms: a second lets it take the last commits first), keeps its `/metrics`, then stops
+    /// it cleanly (SIGTERM, exit 0) so no heartbeat moves the end; returns its last control
+    /// record.
     async fn stop_source(&mut self) -> ControlRecord {
         tokio::time::sleep(Duration::from_secs(1)).await;
         wait_caught_up(&self.broker.bootstrap, &self.topic, &self.sim.client_config(), &self.stages[SOURCE], CATCH_UP).await;
+        self.scraped.push_str(&self.stages[SOURCE].scrape().unwrap_or_default());
         let status = self.stages[SOURCE].stop();
         assert!(status.is_some_and(|s| s.success()), "the source did not exit cleanly on SIGTERM ({status:?}):\n{}", self.stages[SOURCE].logs());
         controls(&self.broker.bootstrap, &self.topic).pop().expect("control records")
@@ -473,8 +560,25 @@ impl Pipeline {
         let config = self.sim.client_config();
         tokio::time::sleep(Duration::from_millis(500)).await;
         self.purged.extend(truth(&config).await);
-        let low = support::source::max_lsn(&config).await;
-        support::source::exec(&config, &format!("EXEC sys.sp_cdc_cleanup_change_table @capture_instance = N'dbo_orders', @low_water_mark = {low}")).await;
+        support::source::purge_up_to_max_lsn(&config).await;
+    }
+
+    /// Runs `mssql-cdc <args> --worker <source worker> <source connector>` to its end: its exit
+    /// code and standard output (panics, with its standard error, if it cannot run).
+    fn source_command(&self, args: &[&str]) -> (Option<i32>, String) {
+        let output = std::process::Command::new(support::bin())
+            .args(args)
+            .arg("--worker")
+            .arg(&self.source_files.0)
+            .arg(&self.source_files.1)
+            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .env(mssql_cdc_sim::client::PASSWORD_ENV, mssql_cdc_sim::client::password_from_env())
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .unwrap_or_else(|error| panic!("running mssql-cdc {args:?}: {error}"));
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        eprintln!("mssql-cdc {args:?}: {:?}\n{}", output.status, tail(&stderr, 3000));
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
     /// Every stage's logs, for failure messages.
@@ -497,16 +601,8 @@ impl Pipeline {
             Ok(status) => assert!(status.success(), "the workload failed ({status}):\n{}\n{}", workload.log(), self.logs()),
             Err(error) => panic!("{error}\n{}", self.logs()),
         }
-        // The capture job harvests every 100 ms: let it take the last commits into the change
-        // table before the maximum LSN is read.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.stop_source().await;
         let config = self.sim.client_config();
-        wait_caught_up(&self.broker.bootstrap, &self.topic, &config, &self.stages[SOURCE], CATCH_UP).await;
-        // Stop the source so no heartbeat moves the end while the sinks catch up; SIGTERM is
-        // a clean shutdown (exit 0).
-        self.scraped.push_str(&self.stages[SOURCE].scrape().unwrap_or_default());
-        let status = self.stages[SOURCE].stop();
-        assert!(status.is_some_and(|s| s.success()), "the source did not exit cleanly on SIGTERM ({status:?}):\n{}", self.stages[SOURCE].logs());
         let controls = controls(&self.broker.bootstrap, &self.topic);
         let last = controls.last().expect("control records").batch_id as i64;
 
@@ -514,7 +610,7 @@ impl Pipeline {
         loop {
             self.assert_alive(BRONZE);
             self.assert_alive(SILVER);
-            let now = observe(&self.lake, false);
+            let now = observe(&self.tables, false);
             let bronze_at = now.batches.iter().map(|b| b.0).max().unwrap_or(-1);
             if bronze_at >= last && now.applied_batch >= last {
                 break;
@@ -531,12 +627,13 @@ impl Pipeline {
         }
 
         let mut truth = truth(&config).await;
+        truth.retain(|change| !self.skipped.iter().any(|(from, to)| change.0.as_str() > from.as_str() && change.0.as_str() <= to.as_str()));
         truth.extend(self.purged.iter().cloned());
         truth.sort();
         truth.dedup();
         let orders = orders(&self.sim).await;
         assert!(!truth.is_empty() && !orders.is_empty(), "the workload made changes");
-        let found = observe(&self.lake, true);
+        let found = observe(&self.tables, true);
         check_equalities(&found, &controls, &truth, &orders);
         for index in [BRONZE, SILVER] {
             self.scraped.push_str(&self.stages[index].scrape().unwrap_or_default());
@@ -580,6 +677,10 @@ async fn the_whole_pipeline_as_processes_matches_the_simulator() {
         .filter(|name| sum(&pipeline.scraped, name).or_else(|| sum(&pipeline.scraped, &format!("{name}_count"))).is_none())
         .collect();
     assert!(missing.is_empty(), "declared metrics the stages never exported: {missing:?}\n{}", pipeline.scraped);
+    // The Grafana dashboard and the alert rules of compose/ name only exported metrics.
+    let unexported: Vec<String> =
+        crate::deploy::monitored_metrics().into_iter().filter(|name| sum(&pipeline.scraped, name).or_else(|| sum(&pipeline.scraped, &format!("{name}_count"))).is_none()).collect();
+    assert!(unexported.is_empty(), "the dashboard or the alert rules name metrics no stage exports: {unexported:?}");
 }
 
 /// Bootstrap: a table holding rows from before CDC was enabled, changed by a workload while
@@ -665,31 +766,111 @@ async fn data_loss_is_repaired_by_a_resnapshot_in_a_new_generation() {
     assert!(log.contains("again") && log.contains(&snapshot.lsn.to_string()) && log.contains("generation 1"), "the error names the loss and the re-snapshot before it:\n{log}");
 }
 
+/// `mssql-cdc snapshot` and `mssql-cdc status` on a stopped stream. A stream that started
+/// without a bootstrap (silver lacks the rows from before CDC) takes one with the command: the
+/// JSON offset names generation 0, the completed bootstrap and every row of the table; a
+/// second run takes none. After changes made while stopped, `--resnapshot` takes generation
+/// 1. `status` shows position, generation and snapshot. Restarted, the stream goes on after
+/// S, and silver equals the table over TDS; bronze holds every change except those the
+/// snapshots' completions moved the position over (they reach the log as snapshot rows).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_snapshot_command_bootstraps_and_resnapshots_a_stopped_stream() {
+    let mut pipeline = Pipeline::start(Setup { preloaded: 2500, source_extra: "snapshot_fetch_rows = 400", ..Setup::default() });
+    let config = pipeline.sim.client_config();
+    let mut first = pipeline.workload(600, 600, 31);
+    assert!(first.finish(Duration::from_secs(120)).unwrap().success(), "{}", first.log());
+    let before = pipeline.stop_source().await;
+    assert!(before.snapshot.is_none(), "the stream started without a snapshot");
+
+    let (code, out) = pipeline.source_command(&["status", "--json"]);
+    assert_eq!(code, Some(0));
+    let status: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(status["stream"]["position"], before.to_lsn.to_string());
+    assert_eq!(status["stream"]["generation"], 0);
+    assert!(status["stream"]["snapshot"].is_null());
+
+    async fn count(config: &mssql_cdc_sim::client::ClientConfig) -> u64 {
+        query_rows(config, "SELECT COUNT_BIG(*) FROM dbo.orders").await[0].get::<i64, _>(0).unwrap() as u64
+    }
+    let (code, out) = pipeline.source_command(&["snapshot"]);
+    assert_eq!(code, Some(0), "{out}");
+    let offset: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let snapshot = &offset["snapshot"];
+    assert_eq!((snapshot["kind"].as_str(), snapshot["generation"].as_u64(), snapshot["complete"].as_bool()), (Some("bootstrap"), Some(0), Some(true)), "{offset}");
+    assert_eq!(snapshot["rows_done"].as_u64(), Some(count(&config).await), "the bootstrap read every row");
+    assert_eq!(offset["position"], snapshot["lsn"], "the offset is at S");
+    pipeline.skipped.push((before.to_lsn.to_string(), offset["position"].as_str().unwrap().to_owned()));
+    let (code, again) = pipeline.source_command(&["snapshot"]);
+    assert_eq!(code, Some(0));
+    let again: serde_json::Value = serde_json::from_str(again.trim()).unwrap();
+    assert_eq!(again["batch_id"], offset["batch_id"], "a stream that has its bootstrap takes none again");
+
+    for sql in ["DELETE FROM dbo.orders WHERE order_id BETWEEN 100 AND 180", "UPDATE dbo.orders SET status = N'stopped' WHERE order_id BETWEEN 200 AND 260"] {
+        support::source::exec(&config, sql).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (code, out) = pipeline.source_command(&["snapshot", "--resnapshot"]);
+    assert_eq!(code, Some(0), "{out}");
+    let resnapshot: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((resnapshot["generation"].as_u64(), resnapshot["snapshot"]["kind"].as_str()), (Some(1), Some("resnapshot")), "{resnapshot}");
+    assert_eq!(resnapshot["snapshot"]["rows_done"].as_u64(), Some(count(&config).await));
+    pipeline.skipped.push((offset["position"].as_str().unwrap().to_owned(), resnapshot["position"].as_str().unwrap().to_owned()));
+    let (code, shown) = pipeline.source_command(&["status"]);
+    assert_eq!(code, Some(0));
+    assert!(shown.contains("generation       1") && shown.contains("resnapshot at") && shown.contains("complete"), "{shown}");
+
+    pipeline.start_source();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = "UPDATE dbo.orders SET status = N'after' WHERE order_id BETWEEN 300 AND 340; DELETE FROM dbo.orders WHERE order_id BETWEEN 400 AND 420; \
+                 INSERT INTO dbo.orders (order_id, customer_id, status, amount, currency, note, created_at, is_priority) VALUES (800001, 1, N'new', 5.55, 'EUR', NULL, SYSDATETIME(), 0)";
+    support::source::exec(&config, after).await;
+    // The workload's process only waits here (it made its changes before the snapshots).
+    let workload = pipeline.workload(0, 0, 33);
+    let (found, controls) = pipeline.catch_up_and_check(workload, Duration::from_secs(120)).await;
+    let mut events: Vec<&str> = found.events.iter().map(|e| e.1.as_str()).collect();
+    events.sort_unstable();
+    assert_eq!(events, vec!["bootstrap", "resnapshot", "snapshot_open", "snapshot_open"], "facts record both snapshots");
+    assert_eq!(controls.last().unwrap().generation, 1);
+}
+
+/// The compose stack's own connector files (`compose/worker.toml` and
+/// `compose/connectors/*.toml`: Avro records with a schema registry, a bootstrap snapshot,
+/// tables on `s3://lake`) run as the three stages with only the services' addresses
+/// rewritten: the simulator for SQL Server, the test broker for Kafka, a test registry, an
+/// S3 server for MinIO. Silver ends equal to the table, the rows from before CDC included.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_compose_stacks_connector_files_run_against_local_services() {
+    let registry = support::registry::TestRegistry::start().await;
+    let mut pipeline = Pipeline::start(Setup { compose: Some(registry.url.clone()), preloaded: 1000, ..Setup::default() });
+    let workload = pipeline.workload(1500, 500, 51);
+    let (found, _) = pipeline.catch_up_and_check(workload, Duration::from_secs(180)).await;
+    assert!(found.events.iter().any(|e| e.1 == "bootstrap"), "the compose source bootstraps: {:?}", found.events);
+    assert!(registry.subjects().iter().any(|s| s.ends_with(".sales.dbo.orders-value")), "Avro schemas in the registry: {:?}", registry.subjects());
+}
+
 /// A table without a unique index: the source streams it (records with the empty key) and
-/// snapshots it in order of `snapshot_keys`; bronze keeps every change; silver refuses to run
-/// without `keys`, naming the option, and with `keys` equals the table over TDS.
+/// snapshots it in order of `snapshot_keys` (here a column whose values repeat about 70 times,
+/// against reads of 64 rows: no value is split between reads); bronze keeps every change;
+/// silver refuses to run without `keys`, naming the option, and with `keys` equals the table
+/// over TDS, also after one UPDATE moving keys over each other.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_table_without_a_unique_index_streams_and_snapshots_by_snapshot_keys() {
     let sim = SimServer::start(&[]).unwrap();
     let broker = TestBroker::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = sim.client_config();
-    let exec = |sql: String| {
-        let config = config.clone();
-        async move { support::source::exec(&config, &sql).await }
-    };
-    exec("CREATE TABLE dbo.orders (order_id bigint NOT NULL, status nvarchar(16) NOT NULL, amount int NULL)".into()).await;
+    support::source::exec(&config, "CREATE TABLE dbo.orders (order_id bigint NOT NULL, status nvarchar(16) NOT NULL, amount int NULL)").await;
     for chunk in 0..5 {
         let values: Vec<String> = (chunk * 100 + 1..=chunk * 100 + 100).map(|id| format!("({id}, N'new', {})", id % 7)).collect();
-        exec(format!("INSERT INTO dbo.orders VALUES {}", values.join(", "))).await;
+        support::source::exec(&config, &format!("INSERT INTO dbo.orders VALUES {}", values.join(", "))).await;
     }
-    exec("EXEC sys.sp_cdc_enable_db".into()).await;
-    exec("EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'orders', @role_name = NULL, @supports_net_changes = 0".into()).await;
+    support::source::exec(&config, "EXEC sys.sp_cdc_enable_db").await;
+    support::source::exec(&config, "EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'orders', @role_name = NULL, @supports_net_changes = 0").await;
 
     let lake = Lake::local(dir.path());
     let prefix = unique("heap");
     let topic = format!("{prefix}.sales.dbo.orders");
-    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "bootstrap = true\nsnapshot_keys = [\"order_id\"]\nsnapshot_fetch_rows = 64");
+    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "bootstrap = true\nsnapshot_keys = [\"amount\"]\nsnapshot_fetch_rows = 64");
     let mut source = spawn_stage(&worker, &connector, &[]);
     mssql_cdc_testkit::kafka::wait_for_topic(&broker.kafka(), &format!("{topic}.control"), Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", source.logs()));
     for sql in [
@@ -697,8 +878,11 @@ async fn a_table_without_a_unique_index_streams_and_snapshots_by_snapshot_keys()
         "DELETE FROM dbo.orders WHERE order_id BETWEEN 300 AND 330",
         "INSERT INTO dbo.orders VALUES (1000, N'late', 1), (1001, N'late', NULL)",
         "UPDATE dbo.orders SET order_id = 2000 WHERE order_id = 5",
+        // One statement moving keys over each other (51 and 52 are both old and new keys).
+        "DELETE FROM dbo.orders WHERE order_id = 53",
+        "UPDATE dbo.orders SET order_id = order_id + 1 WHERE order_id BETWEEN 50 AND 52",
     ] {
-        exec(sql.into()).await;
+        support::source::exec(&config, sql).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     wait_caught_up(&broker.bootstrap, &topic, &config, &source, CATCH_UP).await;
@@ -716,7 +900,7 @@ async fn a_table_without_a_unique_index_streams_and_snapshots_by_snapshot_keys()
     let keyless = support::write_file(dir.path(), "keyless.toml", &mssql_cdc_testkit::files::silver_toml("orders-silver", "orders-bronze", "orders-silver-v1", &lake, ""));
     let last = controls.last().unwrap().batch_id as i64;
     let deadline = Instant::now() + CATCH_UP;
-    while observe(&lake, false).batches.iter().map(|b| b.0).max().unwrap_or(-1) < last {
+    while observe(&Tables::of(&lake), false).batches.iter().map(|b| b.0).max().unwrap_or(-1) < last {
         assert!(Instant::now() < deadline, "bronze did not catch up:\n{}", bronze_stage.logs());
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -879,7 +1063,7 @@ async fn chaos(setup: Setup, kills: u64, changes: u64, min_per_stage: u32) -> (O
     eprintln!("chaos: {kills} kills, {changes} changes at {rate}/s");
 
     let mut rng = rand::rng();
-    let mut previous = observe(&pipeline.lake, false);
+    let mut previous = observe(&pipeline.tables, false);
     let mut done = 0u64;
     let enough = |done: u64, stages: &[StageProcess]| done >= kills && stages.iter().all(|s| s.kills >= min_per_stage);
     // Rounds over the three stages in a fresh random order each: every stage is killed about
@@ -895,7 +1079,7 @@ async fn chaos(setup: Setup, kills: u64, changes: u64, min_per_stage: u32) -> (O
             pipeline.stages[index].kill();
             done += 1;
             if index == SILVER {
-                let now = observe(&pipeline.lake, false);
+                let now = observe(&pipeline.tables, false);
                 assert!(
                     now.finalized_until >= previous.finalized_until,
                     "kill {done}: finalized_until moved back from {:?} to {:?}",
@@ -917,7 +1101,7 @@ async fn chaos(setup: Setup, kills: u64, changes: u64, min_per_stage: u32) -> (O
 
     // No more kills: everything catches up and the equalities hold.
     let checked = pipeline.catch_up_and_check(workload, workload_timeout).await;
-    let last = observe(&pipeline.lake, false);
+    let last = observe(&pipeline.tables, false);
     assert!(last.finalized_until >= previous.finalized_until, "finalized_until moved back after the kills");
     checked
 }

@@ -12,7 +12,7 @@ use mssql_cdc_core::log::Event;
 use mssql_cdc_sim::client::BlockingClient;
 use mssql_cdc_sim::workload::{create_orders, Workload, WorkloadOptions};
 use rand::Rng;
-use support::source::{check_contract, exec, max_lsn, read_all, source_files, truth, wait_caught_up};
+use support::source::{check_contract, exec, read_all, source_files, truth, wait_caught_up};
 use support::{spawn_stage, unique, SimServer, TestBroker};
 
 /// Creates dbo.orders with CDC (on a thread of its own: the blocking client owns a runtime).
@@ -126,8 +126,7 @@ async fn cleanup_past_the_position_is_data_loss_or_data_skipped() {
         exec(&config, &insert_order(id)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let low = max_lsn(&config).await;
-    exec(&config, &format!("EXEC sys.sp_cdc_cleanup_change_table @capture_instance = N'dbo_orders', @low_water_mark = {low}")).await;
+    let low = support::source::purge_up_to_max_lsn(&config).await;
 
     let mut failing = spawn_stage(&worker, &connector, &[]);
     let status = failing.process().wait(Duration::from_secs(60)).expect("the source stops on data loss");
@@ -300,4 +299,66 @@ print(json.dumps(out))
     let mut expected = truth.clone();
     expected.sort();
     assert_eq!(decoded, expected, "every change decoded once by confluent-kafka");
+}
+
+/// `snapshot_isolation = "snapshot"`: the snapshot's rows are the table as of its first read.
+/// A concurrent transaction's uncommitted update and insert are not in them (and do not block
+/// the reads), nor is an update committed after the first read; all three reach the log as
+/// changes after S once committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_under_snapshot_isolation_sees_the_table_as_of_its_first_read() {
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
+    setup_orders(&sim);
+    let config = sim.client_config();
+    for chunk in 0..20 {
+        let statements: Vec<String> = (chunk * 100 + 1..=chunk * 100 + 100).map(insert_order).collect();
+        exec(&config, &statements.join("; ")).await;
+    }
+    exec(&config, "ALTER DATABASE sales SET ALLOW_SNAPSHOT_ISOLATION ON").await;
+    // A writer holding an open transaction: its row locks would block a READ COMMITTED read.
+    let mut writer = mssql_cdc_sim::client::connect(&config).await.unwrap();
+    let open = "BEGIN TRAN; UPDATE dbo.orders SET status = 'uncommitted' WHERE order_id = 1900; ".to_owned() + &insert_order(900_001);
+    writer.simple_query(open).await.unwrap().into_results().await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique("snapiso");
+    let topic = format!("{prefix}.sales.dbo.orders");
+    let extra = "bootstrap = true\nsnapshot_isolation = \"snapshot\"\nsnapshot_fetch_rows = 10\nlock_timeout_ms = 500";
+    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, extra);
+    let mut source = spawn_stage(&worker, &connector, &[]);
+    // After the first snapshot read, a committed update of a row not read yet.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !support::source::controls(&broker.bootstrap, &topic).iter().any(|c| c.open_snapshot().is_some() && c.rows > 0) {
+        assert!(std::time::Instant::now() < deadline, "no snapshot rows published:\n{}", source.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    exec(&config, "UPDATE dbo.orders SET status = 'later' WHERE order_id = 1990").await;
+    let committed_at = chrono::Utc::now();
+    while !support::source::controls(&broker.bootstrap, &topic).iter().any(|c| c.events.iter().any(|e| e.name() == "bootstrap")) {
+        assert!(std::time::Instant::now() < deadline, "the snapshot did not complete while a writer held locks:\n{}", source.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    writer.simple_query("COMMIT").await.unwrap().into_results().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    wait_caught_up(&broker.bootstrap, &topic, &config, &source, Duration::from_secs(60)).await;
+    assert!(source.stop().is_some_and(|s| s.success()), "{}", source.logs());
+
+    let controls = support::source::controls(&broker.bootstrap, &topic);
+    let snapshot = controls.iter().find_map(|c| c.snapshot.clone().filter(|s| s.complete)).expect("a completed snapshot");
+    let read_after = controls.iter().filter(|c| c.open_snapshot().is_some() && c.rows > 0 && c.metrics.published_at.is_some_and(|t| t > committed_at)).count();
+    assert!(read_after > 0, "the later update was committed while the snapshot was still reading");
+    let values: Vec<serde_json::Value> = read_all(&broker.bootstrap, &topic).iter().map(|r| serde_json::from_slice(&r.value).unwrap()).collect();
+    let rows_of = |id: i64, operation: i64| values.iter().filter(|v| v["order_id"] == id && v["_operation"] == operation).cloned().collect::<Vec<_>>();
+    let status = |rows: &[serde_json::Value]| rows.iter().map(|r| r["status"].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>();
+    assert_eq!(status(&rows_of(1900, 0)), vec!["new"], "the uncommitted update is not in the snapshot");
+    assert_eq!(status(&rows_of(1990, 0)), vec!["new"], "the update committed after the first read is not in the snapshot");
+    assert!(rows_of(900_001, 0).is_empty(), "the uncommitted insert is not in the snapshot");
+    assert_eq!(snapshot.rows_done, 2000, "the snapshot holds the committed table as of its first read");
+    let s = snapshot.lsn.to_string();
+    for (id, operation, wanted) in [(1900, 4, "uncommitted"), (1990, 4, "later"), (900_001, 2, "new")] {
+        let changes = rows_of(id, operation);
+        assert_eq!(status(&changes), vec![wanted], "order {id} arrives as a change once committed");
+        assert!(changes[0]["_start_lsn"].as_str().unwrap() > s.as_str(), "after S");
+    }
 }

@@ -42,6 +42,9 @@ enum BenchWhat {
     /// One folded batch MERGEd into silver tables of given sizes, with the key-range file
     /// filter and as delta-rs's plain MERGE
     Silver(super::bench_silver::SilverBench),
+    /// A table's existing rows through the snapshot (source, then bronze, each its own
+    /// process, with peak RSS), next to a bare TDS read of the same table
+    Snapshot(super::bench_snapshot::SnapshotBench),
 }
 
 #[derive(Debug, clap::Args)]
@@ -61,6 +64,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some(BenchWhat::Source(bench)) => source(bench, false).await,
         Some(BenchWhat::Bronze(bench)) => source(bench, true).await,
         Some(BenchWhat::Silver(bench)) => super::bench_silver::run(bench).await,
+        Some(BenchWhat::Snapshot(bench)) => super::bench_snapshot::run(bench).await,
     }
 }
 

@@ -75,8 +75,10 @@ impl ReportBench {
     }
 }
 
-const TOPIC: &str = "bench.sales.dbo.orders";
-const BRONZE_APP: &str = "bench-bronze";
+/// The data topic every benchmark's source publishes to.
+pub(super) const TOPIC: &str = "bench.sales.dbo.orders";
+/// The bronze sink's app id in the benchmarks.
+pub(super) const BRONZE_APP: &str = "bench-bronze";
 
 pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     let dir = args.dir.clone();
@@ -96,7 +98,7 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     let services = Services::start(storage, "mssql-cdc-bench", &sim).await?;
     let (sim_address, broker_address) = (services.sim_address, services.broker_address);
     let kafka = KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() };
-    let files = Files::write(&dir, &broker_address.to_string(), sim_address)?;
+    let files = Files::write(&dir, &broker_address.to_string(), sim_address, "max_commits_per_batch = 1000")?;
     eprintln!("bench: simulator on {sim_address}, broker on {broker_address}, files in {}", dir.display());
 
     // The stages start on the empty table, then the backlog is made while none runs.
@@ -158,7 +160,7 @@ struct Drained {
 }
 
 /// What a draining stage waits for.
-enum Until<'a> {
+pub(super) enum Until<'a> {
     /// The control topic names at least this many rows.
     Published(u64),
     /// The facts table records this batch for `app_id`'s facts.
@@ -168,7 +170,7 @@ enum Until<'a> {
 }
 
 impl Until<'_> {
-    async fn reached(&self, kafka: &KafkaConfig) -> anyhow::Result<bool> {
+    pub(super) async fn reached(&self, kafka: &KafkaConfig) -> anyhow::Result<bool> {
         Ok(match self {
             Until::Published(rows) => {
                 let cluster = kafka.clone();
@@ -185,7 +187,7 @@ impl Until<'_> {
 
 /// Starts a stage and waits (polling every 100 ms, at most 30 minutes) until `until`,
 /// checking that it stays up; returns it with the seconds it took.
-async fn drain(files: &Files, connector: &Path, dir: &Path, kafka: &KafkaConfig, until: Until<'_>) -> anyhow::Result<(StageProcess, f64)> {
+pub(super) async fn drain(files: &Files, connector: &Path, dir: &Path, kafka: &KafkaConfig, until: Until<'_>) -> anyhow::Result<(StageProcess, f64)> {
     let started = Instant::now();
     let mut stage = stage(&files.worker, connector, dir)?;
     loop {
@@ -341,22 +343,24 @@ fn print_report(args: &ReportBench, drained: &Drained, steady: &Steady, kafka_la
 }
 
 /// The connector files of the run.
-struct Files {
-    worker: PathBuf,
-    source: PathBuf,
-    bronze: PathBuf,
-    silver: PathBuf,
-    facts_table: String,
-    silver_table: String,
-    control_table: String,
+/// The worker and connector files of the benchmarks' stages, and their tables.
+pub(super) struct Files {
+    pub(super) worker: PathBuf,
+    pub(super) source: PathBuf,
+    pub(super) bronze: PathBuf,
+    pub(super) silver: PathBuf,
+    pub(super) facts_table: String,
+    pub(super) silver_table: String,
+    pub(super) control_table: String,
 }
 
 impl Files {
-    fn write(dir: &Path, bootstrap: &str, sim: SocketAddr) -> anyhow::Result<Self> {
+    /// Writes them under `dir`, the source with `source_extra` lines.
+    pub(super) fn write(dir: &Path, bootstrap: &str, sim: SocketAddr, source_extra: &str) -> anyhow::Result<Self> {
         let lake = Lake::local(&dir.join("lake"));
         Ok(Self {
             worker: write_file(dir, "worker.toml", &worker_toml(bootstrap, ""))?,
-            source: write_file(dir, "source.toml", &source_toml("bench-source", sim.port(), "bench", "max_commits_per_batch = 1000"))?,
+            source: write_file(dir, "source.toml", &source_toml("bench-source", sim.port(), "bench", source_extra))?,
             bronze: write_file(dir, "bronze.toml", &bronze_toml("bench", TOPIC, BRONZE_APP, &lake, ""))?,
             silver: write_file(dir, "silver.toml", &silver_toml("bench-silver", "bench-bronze", "bench-silver", &lake, ""))?,
             facts_table: lake.table("facts"),

@@ -22,7 +22,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     let handle = metrics::install();
     let health = Health::default();
     let shutdown = CancellationToken::new();
-    let metrics_address = http::serve(args.metrics_listen, handle, health.clone(), shutdown.clone()).await?;
+    let metrics_address = http::serve(args.metrics_listen, handle, health.clone(), None, shutdown.clone()).await?;
     let mut running = broker::start(&args.broker).await?;
     health.set_ready(true);
     tracing::info!(address = %running.address, storage = %args.broker.storage, tls = args.broker.tls_cert.is_some(), "broker ready");

@@ -7,20 +7,27 @@ mod bench_report;
 #[cfg(feature = "embedded-broker")]
 mod bench_silver;
 #[cfg(feature = "embedded-broker")]
+mod bench_snapshot;
+#[cfg(feature = "embedded-broker")]
 mod broker;
 #[cfg(feature = "embedded-broker")]
 mod demo;
+mod health;
 mod run;
 #[cfg(feature = "embedded-broker")]
 mod services;
 mod sim;
 mod silver;
+mod stream;
 mod table;
 mod validate;
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use mssql_cdc::connectors::ConnectorConfig;
+use mssql_cdc_core::config::WorkerConfig;
 use mssql_cdc_core::telemetry::{logging, LogFormat};
 
 /// Change data capture from SQL Server to Kafka and Delta Lake.
@@ -55,8 +62,14 @@ enum Command {
     Optimize(table::OptimizeArgs),
     /// Delete a Delta table's files older versions no longer need
     Vacuum(table::VacuumArgs),
-    /// Run connectors (Kafka Connect standalone style) until SIGINT/SIGTERM or a stage error
+    /// Run connectors (Kafka Connect style, with the management API) until SIGINT/SIGTERM or, without --config-dir, until none runs
     Run(run::RunArgs),
+    /// Exit 0 when a process's /health answers 200 (a container HEALTHCHECK)
+    Health(health::HealthArgs),
+    /// Snapshot the table of a stopped `mssql-source` stream (bootstrap, or --resnapshot), then print its offset as JSON
+    Snapshot(stream::SnapshotArgs),
+    /// Show an `mssql-source` stream's position, generation and snapshot next to the server's CDC window
+    Status(stream::StatusArgs),
     /// The SQL Server simulator: serve it over TDS, or drive a workload
     Sim(sim::SimArgs),
     /// Check worker and connector files without connecting anywhere (exit 2 on problems)
@@ -79,6 +92,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "embedded-broker")]
         Command::Broker(args) => runtime()?.block_on(broker::run(args)),
         Command::Run(args) => runtime()?.block_on(run::run(args)),
+        Command::Health(args) => runtime()?.block_on(health::run(args)),
+        Command::Snapshot(args) => runtime()?.block_on(stream::snapshot(args)),
+        Command::Status(args) => runtime()?.block_on(stream::status(args)),
         Command::Apply(args) => runtime()?.block_on(silver::apply(args)),
         Command::Freshness(args) => runtime()?.block_on(silver::freshness(args)),
         Command::IsFinal(args) => runtime()?.block_on(silver::is_final(args)),
@@ -91,4 +107,32 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+/// The worker file (or the defaults with `MSSQL_CDC_WORKER__*`); `None` after printing every
+/// problem with its key path.
+fn load_worker(path: Option<&Path>) -> anyhow::Result<Option<WorkerConfig>> {
+    Ok(match WorkerConfig::load(path)? {
+        Ok(worker) => Some(worker),
+        Err(problems) => {
+            let shown = path.map_or("worker".into(), |p| p.display().to_string());
+            for problem in problems {
+                eprintln!("{shown}: {problem}");
+            }
+            None
+        }
+    })
+}
+
+/// A connector file; `None` after printing every problem with its key path.
+fn load_connector(path: &Path) -> anyhow::Result<Option<ConnectorConfig>> {
+    Ok(match ConnectorConfig::load(path)? {
+        Ok(connector) => Some(connector),
+        Err(problems) => {
+            for problem in problems {
+                eprintln!("{}: {problem}", path.display());
+            }
+            None
+        }
+    })
 }

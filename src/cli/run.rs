@@ -1,11 +1,13 @@
-//! `mssql-cdc run`: runs connectors, Kafka Connect standalone style.
+//! `mssql-cdc run`: runs connectors, Kafka Connect style: each a stage of its own, managed by
+//! the worker ([`mssql_cdc::worker`]) and its management API on the telemetry listener.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use mssql_cdc::connectors::ConnectorConfig;
-use mssql_cdc_core::config::WorkerConfig;
+use mssql_cdc::worker::store::ConfigDir;
+use mssql_cdc::worker::{api, State, Worker};
 use mssql_cdc_core::telemetry::{http, metrics, Health};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -17,89 +19,71 @@ const EXIT_STAGE_FAILED: u8 = 1;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The worker file (Kafka cluster, telemetry). Default: built-in defaults and
-    /// `MSSQL_CDC_WORKER__*` variables.
+    /// The worker file (Kafka cluster, telemetry, management API). Default: built-in defaults
+    /// and `MSSQL_CDC_WORKER__*` variables.
     #[arg(long)]
     worker: Option<PathBuf>,
+    /// A directory of connector files: they run too, and the management API keeps the
+    /// connectors it adds or changes there. With it, the worker keeps running when no
+    /// connector does (until SIGINT/SIGTERM).
+    #[arg(long)]
+    config_dir: Option<PathBuf>,
     /// Connector files; each runs as one stage.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "config_dir")]
     connectors: Vec<PathBuf>,
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut problems = 0;
-    let worker = match WorkerConfig::load(args.worker.as_deref())? {
-        Ok(worker) => Some(worker),
-        Err(found) => {
-            for problem in found {
-                eprintln!("{}: {problem}", args.worker.as_deref().map_or("worker".into(), |p| p.display().to_string()));
-                problems += 1;
-            }
-            None
-        }
-    };
+    let store = args.config_dir.as_deref().map(ConfigDir::open).transpose()?;
+    let mut paths = args.connectors.clone();
+    if let Some(store) = &store {
+        paths.extend(store.files()?);
+    }
+    let worker = super::load_worker(args.worker.as_deref())?;
     let mut connectors = Vec::new();
-    for path in &args.connectors {
-        match ConnectorConfig::load(path)? {
-            Ok(connector) => connectors.push(connector),
-            Err(found) => {
-                for problem in found {
-                    eprintln!("{}: {problem}", path.display());
-                    problems += 1;
+    let mut complete = worker.is_some();
+    let mut names = BTreeMap::new();
+    for path in &paths {
+        match super::load_connector(path)? {
+            Some(connector) => {
+                if let Some(first) = names.insert(connector.name.clone(), path.clone()) {
+                    eprintln!("{}: name: connector name also used by `{}` (expected a name unique across the files)", path.display(), first.display());
+                    complete = false;
                 }
+                connectors.push((connector, std::fs::read_to_string(path)?));
             }
+            None => complete = false,
         }
     }
-    let Some(worker) = worker.filter(|_| problems == 0) else {
+    let Some(config) = worker.filter(|_| complete) else {
         return Ok(ExitCode::from(EXIT_PROBLEMS));
     };
     let cancel = CancellationToken::new();
-    let mut stages = Vec::with_capacity(connectors.len());
-    for connector in connectors {
-        let name = connector.name.clone();
-        match connector.supervised(&worker, cancel.child_token()) {
-            Ok(stage) => stages.push((name, stage)),
-            Err(error) => {
-                eprintln!("error: {error}");
-                return Ok(ExitCode::from(EXIT_STAGE_FAILED));
-            }
-        }
-    }
-
+    let keeps_changes = store.is_some();
+    let worker = Worker::new(config.clone(), store, cancel.clone());
+    let api = if config.api.enabled { Some(api::router(worker.clone(), config.telemetry.listen.to_string())?) } else { None };
     let handle = metrics::install();
     let health = Health::default();
-    let metrics_address = http::serve(worker.telemetry.listen, handle, health.clone(), cancel.clone()).await?;
+    let metrics_address = http::serve(config.telemetry.listen, handle, health.clone(), api, cancel.clone()).await?;
     println!("metrics on {metrics_address}");
     std::io::stdout().flush()?;
-    let mut tasks = tokio::task::JoinSet::new();
-    for (name, stage) in stages {
-        tracing::info!(connector = %name, "starting");
-        tasks.spawn(stage);
+    for (connector, text) in connectors {
+        worker.add(connector, text).await;
     }
     health.set_ready(true);
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut failed = false;
-    loop {
-        tokio::select! {
-            _ = terminate.recv() => { tracing::info!("SIGTERM: stopping"); cancel.cancel(); }
-            _ = interrupt.recv() => { tracing::info!("SIGINT: stopping"); cancel.cancel(); }
-            joined = tasks.join_next() => match joined {
-                None => break,
-                Some(Ok(Ok(()))) => {}
-                Some(Ok(Err(error))) => {
-                    // The supervisor logged and counted it (StageFailed); this is the summary.
-                    eprintln!("error: {error}");
-                    failed = true;
-                    cancel.cancel();
-                }
-                Some(Err(error)) => {
-                    eprintln!("error: a stage panicked: {error}");
-                    failed = true;
-                    cancel.cancel();
-                }
-            },
-        }
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = interrupt.recv() => tracing::info!("SIGINT: stopping"),
+        // Without a config directory the process ends with its last running connector.
+        _ = worker.idle(), if !keeps_changes => {}
     }
-    Ok(if failed { ExitCode::from(EXIT_STAGE_FAILED) } else { ExitCode::SUCCESS })
+    let failed: Vec<_> = worker.statuses().into_iter().filter(|s| s.state == State::Failed).collect();
+    worker.shutdown().await;
+    // The supervisor logged and counted each failure (StageFailed); this is the summary.
+    for status in &failed {
+        eprintln!("error: {}", status.trace.as_deref().unwrap_or("failed"));
+    }
+    Ok(if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_STAGE_FAILED) })
 }

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use mssql_cdc::connectors::ConnectorConfig;
 use mssql_cdc_lake::delta::table::{self, table_url};
 use mssql_cdc_lake::silver::{self, control};
 use mssql_cdc::connectors::ConnectorSettings;
@@ -50,14 +49,8 @@ pub struct IsFinalArgs {
 }
 
 pub async fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
-    let connector = match ConnectorConfig::load(&args.connector)? {
-        Ok(connector) => connector,
-        Err(problems) => {
-            for problem in problems {
-                eprintln!("{}: {problem}", args.connector.display());
-            }
-            return Ok(ExitCode::from(EXIT_PROBLEMS));
-        }
+    let Some(connector) = super::load_connector(&args.connector)? else {
+        return Ok(ExitCode::from(EXIT_PROBLEMS));
     };
     let ConnectorSettings::DeltaSilver(options) = connector.settings else {
         eprintln!("{}: kind is `{}`; `apply` runs a `delta-silver` connector", args.connector.display(), connector.kind);

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 pub use registry::{ConnectorSettings, KindEntry, KINDS};
 
 /// A loaded, validated connector.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ConnectorConfig {
     /// Unique name: letters, digits, `.`, `_` and `-`. It names the connector in logs, metrics
     /// and its environment overrides.

@@ -16,6 +16,9 @@ pub struct KindEntry {
     /// Extracts its options from a document (without `name` and `kind`) and validates them
     /// into settings.
     pub load: fn(&Document, &mut Problems) -> Option<ConnectorSettings>,
+    /// Its options from a document (without `name` and `kind`) as JSON, every key with its
+    /// value or default, secrets redacted (the management API's `GET /connectors/{name}`).
+    pub redacted: fn(&Document) -> Option<serde_json::Value>,
 }
 
 macro_rules! kinds {
@@ -42,7 +45,12 @@ macro_rules! kinds {
 
         /// Every connector kind, in documentation order.
         pub static KINDS: &[KindEntry] = &[
-            $(KindEntry { kind: <$options>::KIND, summary: <$options>::SUMMARY, load: |document, problems| load::<$options>(document, problems).map(ConnectorSettings::$variant) },)+
+            $(KindEntry {
+                kind: <$options>::KIND,
+                summary: <$options>::SUMMARY,
+                load: |document, problems| load::<$options>(document, problems).map(ConnectorSettings::$variant),
+                redacted: redacted::<$options>,
+            },)+
         ];
     };
 }
@@ -56,6 +64,11 @@ kinds! {
 fn load<K: ConnectorKind>(document: &Document, problems: &mut Problems) -> Option<K::Settings> {
     let options: K = document.extract(problems)?;
     options.validate(problems)
+}
+
+fn redacted<K: ConnectorKind + serde::Serialize>(document: &Document) -> Option<serde_json::Value> {
+    let options: K = document.extract(&mut Problems::under(""))?;
+    serde_json::to_value(options).ok()
 }
 
 /// Finds a kind by its `kind` value (exact, case-sensitive).

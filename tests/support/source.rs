@@ -52,6 +52,13 @@ pub async fn max_lsn(sim: &ClientConfig) -> String {
     sql::max_lsn(sim).await.unwrap_or_else(|error| panic!("{error}")).to_string()
 }
 
+/// Runs CDC cleanup of `dbo_orders` up to the server's maximum LSN now; returns that LSN.
+pub async fn purge_up_to_max_lsn(sim: &ClientConfig) -> String {
+    let low = max_lsn(sim).await;
+    exec(sim, &format!("EXEC sys.sp_cdc_cleanup_change_table @capture_instance = N'dbo_orders', @low_water_mark = {low}")).await;
+    low
+}
+
 /// Runs statements over TDS.
 pub async fn exec(sim: &ClientConfig, statements: &str) {
     sql::exec(sim, statements).await.unwrap_or_else(|error| panic!("{error}"));

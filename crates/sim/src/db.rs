@@ -137,6 +137,16 @@ pub struct OpenTxn {
     pub snapshot: Option<u64>,
 }
 
+impl OpenTxn {
+    /// The `__$command_id` of the transaction's next DML statement (from 1): every row one
+    /// statement changes shares it.
+    pub fn next_statement(&mut self) -> i32 {
+        let command_id = self.next_command;
+        self.next_command += 1;
+        command_id
+    }
+}
+
 /// A committed transaction waiting for the capture job.
 #[derive(Clone, Debug)]
 struct CommittedTxn {
@@ -298,8 +308,9 @@ impl Database {
         self.waits.remove(&waiter);
     }
 
-    /// Inserts a row (already converted to the column types and checked for NULLs).
-    pub fn insert_row(&mut self, txn: &mut OpenTxn, table_id: i32, row: Vec<Value>) -> SqlResult<()> {
+    /// Inserts a row (already converted to the column types and checked for NULLs) for the
+    /// statement `command_id` ([`OpenTxn::next_statement`]).
+    pub fn insert_row(&mut self, txn: &mut OpenTxn, table_id: i32, row: Vec<Value>, command_id: i32) -> SqlResult<()> {
         let seqval = self.next_lsn();
         let table = self.table_by_id_mut(table_id).ok_or_else(|| SqlError::invalid_object("table"))?;
         let key = table.key_of(&row);
@@ -310,14 +321,12 @@ impl Database {
         let columns = Arc::new(table.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
         table.rows.insert(key.clone(), row.clone());
         txn.undo.push(Undo::Remove { table_id, key });
-        let command_id = txn.next_command;
-        txn.next_command += 1;
         txn.changes.push(RowChange { table_id, columns, kind: ChangeKind::Insert, before: None, after: Some(row), seqval, command_id });
         Ok(())
     }
 
-    /// Deletes the row with `key`.
-    pub fn delete_row(&mut self, txn: &mut OpenTxn, table_id: i32, key: &RowKey) -> SqlResult<()> {
+    /// Deletes the row with `key` for the statement `command_id`.
+    pub fn delete_row(&mut self, txn: &mut OpenTxn, table_id: i32, key: &RowKey, command_id: i32) -> SqlResult<()> {
         let seqval = self.next_lsn();
         let table = self.table_by_id_mut(table_id).ok_or_else(|| SqlError::invalid_object("table"))?;
         if !table.rows.contains_key(key) {
@@ -327,8 +336,6 @@ impl Database {
         let Some(row) = table.rows.remove(key) else { return Ok(()) };
         let columns = Arc::new(table.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
         txn.undo.push(Undo::Restore { table_id, key: key.clone(), row: row.clone() });
-        let command_id = txn.next_command;
-        txn.next_command += 1;
         txn.changes.push(RowChange { table_id, columns, kind: ChangeKind::Delete, before: Some(row), after: None, seqval, command_id });
         Ok(())
     }
@@ -338,6 +345,8 @@ impl Database {
     /// over adjacent keys succeeds, as on SQL Server).
     pub fn update_rows(&mut self, txn: &mut OpenTxn, table_id: i32, changes: Vec<(RowKey, Vec<Value>)>) -> SqlResult<()> {
         let seqvals: Vec<Lsn> = changes.iter().map(|_| self.next_lsn()).collect();
+        // One statement: every row it changes shares its `__$command_id`.
+        let command_id = txn.next_statement();
         let table = self.table_by_id_mut(table_id).ok_or_else(|| SqlError::invalid_object("table"))?;
         let columns = Arc::new(table.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
         for (key, _) in &changes {
@@ -362,8 +371,6 @@ impl Database {
             }
             table.rows.insert(new_key.clone(), new_row.clone());
             txn.undo.push(Undo::Remove { table_id, key: new_key.clone() });
-            let command_id = txn.next_command;
-            txn.next_command += 1;
             txn.changes.push(RowChange {
                 table_id,
                 columns: columns.clone(),

@@ -35,7 +35,8 @@ fn an_update_yields_operations_3_and_4_at_one_start_lsn() {
 }
 
 /// relational-databases/system-tables/cdc-capture-instance-ct-transact-sql: all changes of a
-/// transaction share its commit LSN; `__$seqval` and `__$command_id` order them.
+/// transaction share its commit LSN; `__$command_id` orders its statements (one number for
+/// every row a statement changes) and `__$seqval` the rows within one.
 #[test]
 fn a_multi_statement_transaction_shares_one_commit_lsn() {
     let mut s = Sim::new(SimConfig::default());
@@ -47,7 +48,7 @@ fn a_multi_statement_transaction_shares_one_commit_lsn() {
     let seqvals: Vec<String> = rows.iter().map(|r| lsn_hex(&r[1])).collect();
     assert!(seqvals.windows(2).all(|w| w[0] <= w[1]));
     let commands: Vec<i64> = rows.iter().map(|r| int(&r[2])).collect();
-    assert_eq!(commands, vec![1, 2, 3, 3, 4]);
+    assert_eq!(commands, vec![1, 1, 2, 2, 3], "the two-row INSERT is statement 1, the UPDATE 2, the DELETE 3");
     // One lsn_time_mapping row for the transaction.
     let mapped = s.query("SELECT COUNT(*) FROM cdc.lsn_time_mapping WHERE tran_id <> 0x00").rows;
     assert_eq!(int(&mapped[0][0]), 1);
@@ -281,6 +282,27 @@ fn queries_follow_sql_server_semantics() {
     assert_eq!(int(&s.scalar("SELECT COUNT(*) FROM dbo.orders WITH (NOLOCK)")), 4);
     let joined = s.query("SELECT ct.capture_instance, t.name FROM cdc.change_tables ct INNER JOIN sys.tables t ON t.object_id = ct.source_object_id").rows;
     assert_eq!(joined, vec![vec![Value::Text("dbo_orders".into()), Value::Text("orders".into())]]);
+}
+
+/// t-sql/queries/top-transact-sql: `TOP (n) WITH TIES` also returns the rows whose ORDER BY
+/// values equal the last row's (so a keyset read over a non-unique column never splits a
+/// value); without ORDER BY it is error 1062. A parameter cast to a column's type compares as
+/// that type (`CAST(@P1 AS datetime)` rounds to the type's ticks).
+#[test]
+fn top_with_ties_keeps_every_row_tying_with_the_last() {
+    let mut s = Sim::new(SimConfig::default());
+    s.exec("CREATE TABLE dbo.heap (k int NOT NULL, v int NOT NULL)");
+    s.exec("INSERT INTO dbo.heap VALUES (1, 1), (2, 1), (2, 2), (2, 3), (3, 1), (4, 1)");
+    let keys = |sql: &str, s: &mut Sim| s.query(sql).rows.into_iter().map(|r| int(&r[0])).collect::<Vec<_>>();
+    assert_eq!(keys("SELECT TOP (2) WITH TIES k FROM dbo.heap ORDER BY k", &mut s), vec![1, 2, 2, 2]);
+    assert_eq!(keys("SELECT TOP (2) k FROM dbo.heap ORDER BY k", &mut s), vec![1, 2]);
+    assert_eq!(keys("SELECT TOP (1) WITH TIES k FROM dbo.heap WHERE k > 2 ORDER BY k", &mut s), vec![3]);
+    assert_eq!(keys("SELECT TOP (9) WITH TIES k FROM dbo.heap ORDER BY k", &mut s).len(), 6);
+    assert_eq!(s.fail("SELECT TOP (2) WITH TIES k FROM dbo.heap").number, 1062);
+    s.exec("CREATE TABLE dbo.times (t datetime NOT NULL PRIMARY KEY, name varchar(10) NOT NULL)");
+    s.exec("INSERT INTO dbo.times VALUES ('2026-01-01T00:00:00.003', 'a'), ('2026-01-01T00:00:00.007', 'b')");
+    let after = s.query("SELECT name FROM dbo.times WHERE t > CAST(CAST('2026-01-01T00:00:00.0033333' AS datetime2) AS datetime) ORDER BY t").rows;
+    assert_eq!(after, vec![vec![Value::Text("b".into())]], "the boundary row is not read again");
 }
 
 /// Every type of part 1 stores and reads back its values (extremes, NULLs, Unicode beyond the

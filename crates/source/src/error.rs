@@ -133,9 +133,11 @@ impl SourceError {
         let (code, transient) = match &error {
             E::Server(token) => {
                 let code = token.code();
-                // 1205 deadlock victim, 1222 lock timeout, 40613/40197/40501/49918/4060 are the
-                // unavailable/failover family, 233/10053/10054 transport-level.
-                (Some(code), matches!(code, 1205 | 1222 | 233 | 4060 | 10053 | 10054 | 10928 | 10929 | 40197 | 40501 | 40613 | 49918 | 49919 | 49920))
+                // 1205 deadlock victim, 1222 lock timeout, 3961 a SNAPSHOT transaction
+                // overtaken by DDL (a new transaction reads the new definition),
+                // 40613/40197/40501/49918/4060 are the unavailable/failover family,
+                // 233/10053/10054 transport-level.
+                (Some(code), matches!(code, 1205 | 1222 | 3961 | 233 | 4060 | 10053 | 10054 | 10928 | 10929 | 40197 | 40501 | 40613 | 49918 | 49919 | 49920))
             }
             E::Io { .. } | E::Tls(_) | E::Routing { .. } => (None, true),
             E::Protocol(_) => (None, true),

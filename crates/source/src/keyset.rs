@@ -22,6 +22,25 @@ pub struct KeyColumn {
     pub name: String,
     /// Its type on the log.
     pub ty: ColumnType,
+    /// The SQL type its bound value is cast to ([`param_cast`]), if any.
+    pub param_cast: Option<&'static str>,
+}
+
+/// The type a key value bound as a parameter must be cast to so the comparison runs in the
+/// column's own type, for the column types whose parameter type differs: a `varchar`/`char`
+/// column compared with an `nvarchar` parameter would be converted (a different order under
+/// SQL collations, and no seek), a `datetime` with a `datetime2` one re-reads the boundary row,
+/// `money` with `decimal` converts the column. `None`: the parameter already has the column's
+/// type.
+pub fn param_cast(sql_type: &str) -> Option<&'static str> {
+    match sql_type {
+        "varchar" | "char" => Some("varchar(8000)"),
+        "datetime" => Some("datetime"),
+        "smalldatetime" => Some("smalldatetime"),
+        "money" => Some("money"),
+        "smallmoney" => Some("smallmoney"),
+        _ => None,
+    }
 }
 
 /// A key value the keyset cannot carry.
@@ -64,6 +83,10 @@ pub fn chunk_query(table: &str, select: &[String], keys: &[KeyColumn], unique: b
 /// allows one; ties keep non-unique ones together) continues with the non-NULL values.
 fn after_key(keys: &[KeyColumn], values: &[Json]) -> Result<String, KeysetError> {
     let column = |i: usize| quote(&keys[i].name);
+    let param = |i: usize| match keys[i].param_cast {
+        Some(ty) => format!("CAST(@P{} AS {ty})", i + 1),
+        None => format!("@P{}", i + 1),
+    };
     if let [value] = values
         && value.is_null()
     {
@@ -73,16 +96,16 @@ fn after_key(keys: &[KeyColumn], values: &[Json]) -> Result<String, KeysetError>
         return Err(KeysetError::NullInCompositeKey { column: keys[index].name.clone() });
     }
     if keys.len() == 1 {
-        return Ok(format!("{} > @P1", column(0)));
+        return Ok(format!("{} > {}", column(0), param(0)));
     }
     let alternatives: Vec<String> = (0..keys.len())
         .map(|last| {
-            let mut parts: Vec<String> = (0..last).map(|i| format!("{} = @P{}", column(i), i + 1)).collect();
-            parts.push(format!("{} > @P{}", column(last), last + 1));
+            let mut parts: Vec<String> = (0..last).map(|i| format!("{} = {}", column(i), param(i))).collect();
+            parts.push(format!("{} > {}", column(last), param(last)));
             format!("({})", parts.join(" AND "))
         })
         .collect();
-    Ok(format!("{} >= @P1 AND ({})", column(0), alternatives.join(" OR ")))
+    Ok(format!("{} >= {} AND ({})", column(0), param(0), alternatives.join(" OR ")))
 }
 
 /// The parameters binding `values` (skipping a lone NULL, which the predicate tests itself).
@@ -158,7 +181,7 @@ mod tests {
     use super::*;
 
     fn key(name: &str, ty: ColumnType) -> KeyColumn {
-        KeyColumn { name: name.into(), ty }
+        KeyColumn { name: name.into(), ty, param_cast: None }
     }
 
     /// Invariant: a key value survives the control record: what a read ends on is what the next
@@ -204,5 +227,20 @@ mod tests {
         );
         assert!(chunk_query("[dbo].[t]", &select, &two, true, 10, Some(&[Json::Null, Json::from("x")])).is_err());
         assert!(params(&one, &[Json::Null]).unwrap().is_empty());
+    }
+
+    /// Invariant: a bound key value compares in the key column's own type, so the seek keeps
+    /// the column's order and does not re-read the boundary row.
+    #[test]
+    fn bound_values_are_cast_to_the_columns_type() {
+        let select = vec!["[code]".to_owned()];
+        let keys = [KeyColumn { name: "code".into(), ty: ColumnType::String, param_cast: param_cast("varchar") }, KeyColumn { name: "at".into(), ty: ColumnType::LocalTimestamp, param_cast: param_cast("datetime") }];
+        assert_eq!(
+            chunk_query("[dbo].[t]", &select, &keys, true, 5, Some(&[Json::from("A"), Json::from("2026-01-01T00:00:00.003333333")])).unwrap(),
+            "SELECT TOP (5) [code] FROM [dbo].[t] WHERE [code] >= CAST(@P1 AS varchar(8000)) AND (([code] > CAST(@P1 AS varchar(8000))) OR ([code] = CAST(@P1 AS varchar(8000)) AND [at] > CAST(@P2 AS datetime))) ORDER BY [code], [at]"
+        );
+        assert_eq!(param_cast("nvarchar"), None);
+        assert_eq!(param_cast("datetime2"), None);
+        assert_eq!(param_cast("int"), None);
     }
 }

@@ -58,6 +58,12 @@ impl MssqlSource {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { name: context.name.clone(), streams })
     }
+
+    /// The streams, one per capture instance, for commands that drive them one at a time
+    /// (`mssql-cdc snapshot`, `mssql-cdc status`).
+    pub fn into_streams(self) -> Vec<stream::Stream> {
+        self.streams
+    }
 }
 
 impl Stage for MssqlSource {

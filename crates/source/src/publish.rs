@@ -96,6 +96,16 @@ impl Publisher {
         off_runtime(&self.producer, move |producer| producer.send_control(&topic, &record)).await
     }
 
+    /// Whether `topic` exists (with partitions) on the cluster.
+    pub async fn topic_exists(&self, topic: &str) -> Result<bool, SourceError> {
+        let topic = topic.to_owned();
+        off_runtime(&self.producer, move |producer| {
+            let metadata = producer.producer.client().fetch_metadata(Some(&topic), Duration::from_secs(30)).map_err(kafka)?;
+            Ok(admin::topic_ready(&metadata, &topic))
+        })
+        .await
+    }
+
     /// The last record of the control topic, if any.
     pub async fn last_control(&self, topic: &str) -> Result<Option<ControlRecord>, SourceError> {
         let topic = topic.to_owned();

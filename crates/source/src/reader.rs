@@ -127,14 +127,20 @@ pub fn quote(name: &str) -> String {
     format!("[{}]", name.replace(']', "]]"))
 }
 
+/// A capture instance's table as the stream reads it.
+#[derive(Clone, Debug)]
+pub struct CapturedTable {
+    /// The record layout.
+    pub schema: TableSchema,
+    /// The select list of the captured columns (casts applied).
+    pub select: Vec<String>,
+    /// Each captured column's SQL Server type name (`varchar`, `datetime`, ...), by name.
+    pub sql_types: Vec<(String, String)>,
+}
+
 /// The captured columns with their types, and the select list that reads them (casts
 /// applied), following the `columns` option.
-pub async fn table_schema(
-    client: &mut TdsClient,
-    connector: &Connector,
-    instance: &Instance,
-    options: &MssqlSourceSettings,
-) -> Result<(TableSchema, Vec<String>), SourceError> {
+pub async fn table_schema(client: &mut TdsClient, connector: &Connector, instance: &Instance, options: &MssqlSourceSettings) -> Result<CapturedTable, SourceError> {
     let sql = "SELECT cc.column_name, t.name, c.precision, c.scale \
                FROM cdc.change_tables ct \
                JOIN cdc.captured_columns cc ON cc.object_id = ct.object_id \
@@ -151,7 +157,9 @@ pub async fn table_schema(
         let scale = row.try_get::<u8, _>(3).ok().flatten().unwrap_or(0);
         captured.push((name, type_name, precision, scale));
     }
-    build_schema(&instance.name, &instance.index_columns, &captured, &options.columns, options.include_command_id)
+    let (schema, select) = build_schema(&instance.name, &instance.index_columns, &captured, &options.columns, options.include_command_id)?;
+    let sql_types = captured.into_iter().map(|(name, type_name, _, _)| (name, type_name.to_ascii_lowercase())).collect();
+    Ok(CapturedTable { schema, select, sql_types })
 }
 
 /// Builds the schema and select list from the catalog's facts, pure.

@@ -74,7 +74,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let shutdown = CancellationToken::new();
     let health = Health::default();
     let handle = metrics::install();
-    let metrics_address = http::serve(args.metrics_listen, handle.clone(), health.clone(), shutdown.clone()).await?;
+    let metrics_address = http::serve(args.metrics_listen, handle.clone(), health.clone(), None, shutdown.clone()).await?;
 
     let password = mssql_cdc_sim::client::password_from_env();
     let sim = Simulator::new(SimConfig { logins: vec![("sa".to_owned(), password.clone())], ..SimConfig::default() });

@@ -6,11 +6,13 @@
 //! binary's crate, which knows every kind) has passed `validate()`, and secrets are only
 //! resolved when a stage is built.
 
+pub mod api;
 pub mod load;
 pub mod problem;
 pub mod secret;
 pub mod worker;
 
+pub use api::ApiConfig;
 pub use load::{Document, LoadError};
 pub use problem::{Problem, Problems};
 pub use secret::{Secret, SecretString};

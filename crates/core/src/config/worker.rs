@@ -14,12 +14,16 @@
 //!
 //! [retry]
 //! budget_ms = 600000
+//!
+//! [api]
+//! basic_auth = { user = "ops", password = { env = "MSSQL_CDC_API_PASSWORD" } }
 //! ```
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::api::ApiConfig;
 use super::load::{Document, LoadError, WORKER_ENV_PREFIX};
 use super::problem::{Problem, Problems};
 use crate::kafka::KafkaConfig;
@@ -40,6 +44,8 @@ pub struct WorkerConfig {
     /// Directory for local state that is not a checkpoint (scratch files, the demo's data).
     /// Default `./data`.
     pub data_dir: DataDir,
+    /// The management API on the telemetry listener (`/connectors`).
+    pub api: ApiConfig,
 }
 
 /// A data directory path (a newtype so its default is documented in one place).
@@ -88,6 +94,9 @@ impl WorkerConfig {
         let mut retry = Problems::under("retry");
         self.retry.validate(&mut retry);
         problems.extend(retry);
+        let mut api = Problems::under("api");
+        self.api.validate(&mut api);
+        problems.extend(api);
         if self.data_dir.0.as_os_str().is_empty() {
             problems.invalid("data_dir", "empty", "a directory path");
         }

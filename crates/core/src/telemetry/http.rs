@@ -46,12 +46,14 @@ struct AppState {
     health: Health,
 }
 
-/// Binds `address` and serves `/metrics` and `/health` until `shutdown` fires. Returns the bound
-/// address (useful with port 0).
+/// Binds `address` and serves `/metrics` and `/health`, plus the routes of `api` (the
+/// worker's management API) when given, until `shutdown` fires. Returns the bound address
+/// (useful with port 0).
 pub async fn serve(
     address: SocketAddr,
     metrics: PrometheusHandle,
     health: Health,
+    api: Option<Router>,
     shutdown: CancellationToken,
 ) -> Result<SocketAddr, HttpError> {
     let listener = TcpListener::bind(address).await.map_err(|source| HttpError::Bind { address, source })?;
@@ -60,6 +62,10 @@ pub async fn serve(
         .route("/metrics", get(render_metrics))
         .route("/health", get(health_check))
         .with_state(AppState { metrics, health });
+    let app = match api {
+        Some(api) => app.merge(api),
+        None => app,
+    };
     tokio::spawn(async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
         if let Err(error) = served {

@@ -2,6 +2,11 @@
 //!
 //! Order is invariant 4's: (`_start_lsn`, `_seqval`, `_operation`), all ascending, the last
 //! wins. `_start_lsn` and `_seqval` are fixed-width hex text, so text order is LSN order.
+//! When the feed carries `_command_id` (the statement's place in its transaction), the order
+//! within a transaction is by statement, and a statement's before-images come before its other
+//! rows: one statement removes all the rows it changes before it writes their new images, so
+//! `UPDATE t SET k = k + 1` over keys 1 and 2 of a table without a unique index leaves 2 and 3
+//! (in seqval order, row 2's before-image would remove the 2 row 1 just wrote).
 //! A winning delete (operation 1) becomes a row with `_delete = true`; inserts, after-images
 //! and snapshot rows (2, 4, 0) become upserts. A before-image (operation 3) is never applied as
 //! an image: it removes its key, and its after-image (operation 4, same `_start_lsn` and
@@ -59,13 +64,22 @@ pub fn fold(batches: &[RecordBatch], keys: &[String]) -> Result<(Option<RecordBa
     let lsn = string(&rows, START_LSN)?;
     let seqval = string(&rows, SEQVAL)?;
     let operation = int32(&rows, OPERATION)?;
+    let command = match rows.column_by_name(COMMAND_ID) {
+        Some(_) => Some(int32(&rows, COMMAND_ID)?),
+        None => None,
+    };
+    // A change's place in the order: LSN, then (with `_command_id`) its statement with the
+    // statement's before-images first, then seqval and operation.
+    let place = |i: usize| {
+        let statement = command.as_ref().map(|c| if c.is_null(i) { 0 } else { c.value(i) });
+        let image_after = statement.map(|_| operation.value(i) != 3);
+        (lsn.value(i), statement, image_after, seqval.value(i), operation.value(i))
+    };
     let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
     // By key, then newest first.
     order.sort_unstable_by(|&a, &b| {
         let (a, b) = (a as usize, b as usize);
-        key_rows.row(a).cmp(&key_rows.row(b)).then_with(|| {
-            (lsn.value(b), seqval.value(b), operation.value(b)).cmp(&(lsn.value(a), seqval.value(a), operation.value(a)))
-        })
+        key_rows.row(a).cmp(&key_rows.row(b)).then_with(|| place(b).cmp(&place(a)))
     });
     let mut winners = Vec::new();
     for (i, &index) in order.iter().enumerate() {
@@ -151,6 +165,40 @@ pub(crate) mod tests {
                 _ => {}
             }
         }
+    }
+
+    /// `batch` with a `_command_id` column: each change's statement.
+    fn with_statements(batch: RecordBatch, statements: &[i32]) -> RecordBatch {
+        let mut fields: Vec<Field> = batch.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut columns = batch.columns().to_vec();
+        fields.push(Field::new(COMMAND_ID, DataType::Int32, true));
+        columns.push(Arc::new(Int32Array::from(statements.to_vec())));
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+    }
+
+    /// Invariant: one statement shifting the key of several rows of a table without a unique
+    /// index (`SET id = id + 1` over 1 and 2, each row a before-image and an after-image with
+    /// its own seqval) leaves every new key: a statement's before-images come first. A later
+    /// statement of the same transaction moving a key back still wins.
+    #[test]
+    fn a_statement_shifting_keys_over_each_other_keeps_every_new_key() {
+        // (key, lsn, seqval, operation, value): statement 1 moves 1→2 and 2→3 in one
+        // transaction (LSN 7); statement 2 moves 3→1.
+        let changes: Vec<Change> = vec![(1, 7, 1, 3, 10), (2, 7, 1, 4, 10), (2, 7, 2, 3, 20), (3, 7, 2, 4, 20), (3, 7, 3, 3, 20), (1, 7, 3, 4, 20)];
+        let batch = with_statements(bronze_batch(&changes), &[1, 1, 1, 1, 2, 2]);
+        let (folded, _) = fold(&[batch], &["id".to_owned()]).unwrap();
+        let folded = folded.unwrap();
+        let ids = folded.column_by_name("id").unwrap().as_any().downcast_ref::<Int64Array>().unwrap();
+        let values = folded.column_by_name("value").unwrap().as_any().downcast_ref::<Int64Array>().unwrap();
+        let deletes = folded.column_by_name(DELETE).unwrap().as_any().downcast_ref::<BooleanArray>().unwrap();
+        let kept: BTreeMap<i64, i64> = (0..folded.num_rows()).filter(|&i| !deletes.value(i)).map(|i| (ids.value(i), values.value(i))).collect();
+        assert_eq!(kept, BTreeMap::from([(1, 20), (2, 10)]), "statement 1 leaves 2 and 3, statement 2 moves 3 to 1");
+        // Without `_command_id` the order is seqval's: row 2's before-image removes the 2 that
+        // row 1 wrote (the documented limit of feeds without the column).
+        let (folded, _) = fold(&[bronze_batch(&changes)], &["id".to_owned()]).unwrap();
+        let folded = folded.unwrap();
+        let deletes = folded.column_by_name(DELETE).unwrap().as_any().downcast_ref::<BooleanArray>().unwrap();
+        assert_eq!(deletes.true_count(), 2);
     }
 
     /// On a table without a unique index, an UPDATE of silver's `keys` column arrives as a

@@ -102,8 +102,9 @@ pub fn insert(db: &mut Database, txn: &mut OpenTxn, insert: &Insert, params: &Ha
         (table.object_id, rows)
     };
     let count = rows.len() as u64;
+    let command_id = txn.next_statement();
     for row in rows {
-        db.insert_row(txn, table_id, row)?;
+        db.insert_row(txn, table_id, row, command_id)?;
     }
     Ok(count)
 }
@@ -200,8 +201,9 @@ pub fn delete(db: &mut Database, txn: &mut OpenTxn, delete: &Delete, params: &Ha
         (find_table(db, &parts)?.object_id, matched.into_iter().map(|(key, _)| key).collect::<Vec<_>>())
     };
     let count = keys.len() as u64;
+    let command_id = txn.next_statement();
     for key in keys {
-        db.delete_row(txn, table_id, &key)?;
+        db.delete_row(txn, table_id, &key, command_id)?;
     }
     Ok(count)
 }

@@ -141,7 +141,9 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
             _ => None,
         };
         // Rows come in key order: a TOP that needs no other order stops the scan early.
-        let early = !aggregated && having.is_none() && select.distinct.is_none() && in_key_order(&sort, &outputs, &source.key_columns());
+        // (Not WITH TIES: how many rows tie with the last is only known past it.)
+        let ties = select.top.as_ref().is_some_and(|top| top.with_ties);
+        let early = !aggregated && having.is_none() && select.distinct.is_none() && !ties && in_key_order(&sort, &outputs, &source.key_columns());
         let limit = if early { top_limit(select, ctx)?.unwrap_or(usize::MAX) } else { usize::MAX };
         rows = match &where_clause {
             Some(filter) => source.scan_until(range.as_ref(), &mut |row| Ok(truth(&filter.eval(row, &[], ctx)?) == Some(true)), limit)?,
@@ -253,6 +255,8 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
         produced.retain(|(output, _, _)| seen.insert(RowKey(output.clone()), ()).is_none());
     }
 
+    // The sort keys of the produced rows, once sorted (for TOP ... WITH TIES).
+    let mut sorted_keys: Option<Vec<Vec<Value>>> = None;
     if !sort.is_empty() {
         // (sort key, (group key, aggregate inputs, output row)) per produced row.
         #[allow(clippy::type_complexity)]
@@ -277,11 +281,13 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
             }
             std::cmp::Ordering::Equal
         });
-        produced = keyed.into_iter().map(|(_, entry)| entry).collect();
+        let (keys, entries): (Vec<_>, Vec<_>) = keyed.into_iter().unzip();
+        produced = entries;
+        sorted_keys = Some(keys);
     }
 
     if let Some(limit) = top_limit(select, ctx)? {
-        produced.truncate(limit);
+        produced.truncate(top_end(select, limit, sorted_keys.as_deref())?);
     }
 
     let columns = outputs
@@ -315,6 +321,24 @@ fn top_limit(select: &ast::Select, ctx: &Ctx<'_>) -> SqlResult<Option<usize>> {
         }
         None => usize::MAX,
     }))
+}
+
+/// How many of the sorted rows `TOP (limit)` keeps: `limit`, and with `WITH TIES` every
+/// further row whose ORDER BY values equal the last kept row's (an error without ORDER BY, as
+/// SQL Server's 1062).
+fn top_end(select: &ast::Select, limit: usize, sorted_keys: Option<&[Vec<Value>]>) -> SqlResult<usize> {
+    if !select.top.as_ref().is_some_and(|top| top.with_ties) {
+        return Ok(limit);
+    }
+    let Some(keys) = sorted_keys else {
+        return Err(SqlError::new(1062, 16, "The TOP N WITH TIES clause is not allowed without a corresponding ORDER BY clause."));
+    };
+    let mut end = limit.min(keys.len());
+    let tie = |a: &[Value], b: &[Value]| a.iter().zip(b).all(|(x, y)| sort_order(x, y) == std::cmp::Ordering::Equal);
+    while end > 0 && end < keys.len() && tie(&keys[end], &keys[end - 1]) {
+        end += 1;
+    }
+    Ok(end)
 }
 
 /// Whether an ORDER BY (none, or ascending over a prefix of the clustered key) is met by the

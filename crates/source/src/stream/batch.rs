@@ -86,7 +86,6 @@ impl Stream {
         self.publisher.send_control(&setup.control_topic, &record).await?;
         self.published(&record, started.elapsed());
         position.advance(&record);
-        self.progress.advance();
         Ok(if plan.caught_up { Step::Idle } else { Step::Published })
     }
 
@@ -253,8 +252,10 @@ impl Stream {
         }
     }
 
-    /// Logs and counts a published batch and its events.
+    /// Logs and counts a published batch and its events, and reports the stage's progress to
+    /// the supervisor (snapshot batches included: a long snapshot is progress too).
     pub(super) fn published(&self, record: &ControlRecord, duration: Duration) {
+        self.progress.advance();
         for event in &record.events {
             if let Event::DataSkipped { from_lsn, to_lsn, certain } = event {
                 tracing::warn!(connector = %self.connector_name, capture_instance = %record.capture_instance, from_lsn = %from_lsn, to_lsn = %to_lsn, certain, "changes purged by CDC cleanup were skipped (on_data_loss = skip); data_skipped published");

@@ -3,7 +3,10 @@
 //! transient SQL Server faults on a new connection, for up to `retry_timeout_ms`.
 
 mod batch;
+mod offset;
 mod snapshot;
+
+pub use offset::{PublishedState, SnapshotRequest, StreamOffset, StreamStatus};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +23,6 @@ use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::registry::SchemaRegistry;
 use mssql_cdc_core::log::control::SnapshotKind;
 use mssql_cdc_core::log::schema::TableSchema;
-use mssql_cdc_core::log::topic::control_topic_for;
 use mssql_cdc_core::stage::retry::Decision;
 use mssql_cdc_core::stage::supervisor::wait_or_cancel;
 use mssql_cdc_core::stage::Progress;
@@ -34,6 +36,8 @@ enum Step {
     Published,
     /// Nothing to publish; wait a poll interval.
     Idle,
+    /// What a snapshot request asked for is done: stop before streaming changes.
+    Done,
 }
 
 /// Everything fixed once the stream has started.
@@ -42,6 +46,8 @@ struct Setup {
     schema: TableSchema,
     /// The select list of the captured columns (casts applied).
     select: Vec<String>,
+    /// Each captured column's SQL Server type name, by name.
+    sql_types: Vec<(String, String)>,
     /// The source table, quoted: `[schema].[table]`.
     table: String,
     change_sql: String,
@@ -87,6 +93,8 @@ pub struct Stream {
     publisher: Publisher,
     registry: Option<Arc<SchemaRegistry>>,
     progress: Progress,
+    /// Set by [`Stream::take_snapshot`]: the snapshot to take instead of streaming.
+    request: Option<SnapshotRequest>,
 }
 
 impl Stream {
@@ -100,7 +108,7 @@ impl Stream {
     ) -> Result<Self, SourceError> {
         let connector = Connector::new(&options.login)?;
         let publisher = Publisher::new(kafka, &options.producer_properties, &format!("mssql-cdc-{connector_name}-{capture_instance}"))?;
-        Ok(Self { connector_name: connector_name.to_owned(), wanted: capture_instance.to_owned(), options, connector, publisher, registry, progress: Progress::default() })
+        Ok(Self { connector_name: connector_name.to_owned(), wanted: capture_instance.to_owned(), options, connector, publisher, registry, progress: Progress::default(), request: None })
     }
 
     /// Reports each published batch to `progress` (the stage's, read by the supervisor).
@@ -111,6 +119,12 @@ impl Stream {
 
     /// Runs until cancelled or a fatal error.
     pub async fn run(self, cancel: CancellationToken) -> Result<(), SourceError> {
+        self.drive(&cancel).await.map(|_| ())
+    }
+
+    /// The read loop: one step after another, transient faults retried on a new connection,
+    /// until cancelled (`None`), a fatal error, or a requested snapshot is done (its offset).
+    async fn drive(&self, cancel: &CancellationToken) -> Result<Option<StreamOffset>, SourceError> {
         let mut outage: Option<Outage> = None;
         let mut client: Option<TdsClient> = None;
         let mut setup: Option<Setup> = None;
@@ -118,16 +132,17 @@ impl Stream {
         let schedule = &self.options.sql_retry;
         loop {
             if cancel.is_cancelled() {
-                return Ok(());
+                return Ok(None);
             }
             let result = self.step(&mut client, &mut setup, &mut position).await;
             match result {
+                Ok(Step::Done) => return Ok(setup.as_ref().zip(position.as_ref()).map(|(setup, position)| self.offset(setup, position))),
                 Ok(step) => {
                     if let Some(Outage { since, attempts, .. }) = outage.take() {
                         tracing::info!(connector = %self.connector_name, capture_instance = %self.wanted, attempts, seconds = since.elapsed().as_secs(), "SQL Server reachable again");
                     }
-                    if matches!(step, Step::Idle) && !wait_or_cancel(self.options.poll_interval, &cancel).await {
-                        return Ok(());
+                    if matches!(step, Step::Idle) && !wait_or_cancel(self.options.poll_interval, cancel).await {
+                        return Ok(None);
                     }
                 }
                 Err(error) if error.is_transient() => {
@@ -140,8 +155,8 @@ impl Stream {
                         Decision::GiveUp { .. } => return Err(SourceError::Outage { seconds: outage.since.elapsed().as_secs(), last: Box::new(error) }),
                     };
                     SourceSqlRetrying { connector: &self.connector_name, capture_instance: &self.wanted, error: &error, attempt: outage.attempts, wait }.emit();
-                    if !wait_or_cancel(wait, &cancel).await {
-                        return Ok(());
+                    if !wait_or_cancel(wait, cancel).await {
+                        return Ok(None);
                     }
                 }
                 Err(error) => return Err(error),
@@ -165,7 +180,13 @@ impl Stream {
         let state = reader::server_state(conn, &self.connector, &setup.instance.name).await?;
         let start = match position.take() {
             Some(start) => start,
-            None => self.start_position(setup, &state).await?,
+            None => {
+                let mut start = self.start_position(setup, &state).await?;
+                if let Some(request) = self.request {
+                    self.request_snapshot(conn, setup, &mut start, &state, request).await?;
+                }
+                start
+            }
         };
         let position = position.insert(start);
         if fresh {
@@ -182,6 +203,9 @@ impl Stream {
         if position.snapshot.as_ref().is_some_and(|s| !s.complete) {
             return self.snapshot_step(conn, setup, position, &state).await;
         }
+        if self.request.is_some() {
+            return Ok(Step::Done);
+        }
         self.batch(conn, setup, position, state).await
     }
 
@@ -191,10 +215,8 @@ impl Stream {
             tracing::info!(connector = %self.connector_name, configured = %self.wanted, resolved = %instance.name, "capture instance matched ignoring case");
         }
         let database = reader::database_name(conn, &self.connector).await?;
-        let (schema, select) = reader::table_schema(conn, &self.connector, &instance, &self.options).await?;
-        let prefix = &self.options.topic_prefix;
-        let data_topic = sanitize_topic(&format!("{prefix}.{database}.{}.{}", instance.source_schema, instance.source_table));
-        let control_topic = control_topic_for(&data_topic);
+        let reader::CapturedTable { schema, select, sql_types } = reader::table_schema(conn, &self.connector, &instance, &self.options).await?;
+        let (data_topic, control_topic) = offset::topics(&self.options.topic_prefix, &database, &instance.source_schema, &instance.source_table);
         let zone = match &self.options.source_time_zone {
             SourceZone::Auto => match reader::current_timezone_id(conn, &self.connector).await? {
                 Some(id) => match ServerZone::parse(&id) {
@@ -224,7 +246,7 @@ impl Stream {
         let table = format!("{}.{}", reader::quote(&instance.source_schema), reader::quote(&instance.source_table));
         register_source(&self.connector_name, &instance.name);
         tracing::info!(connector = %self.connector_name, capture_instance = %instance.name, topic = %data_topic, columns = schema.columns.len(), "source stream ready");
-        Ok(Setup { instance, schema, select, table, change_sql, data_topic, control_topic, zone, retention_minutes, key_schema_id, value_schema_id })
+        Ok(Setup { instance, schema, select, sql_types, table, change_sql, data_topic, control_topic, zone, retention_minutes, key_schema_id, value_schema_id })
     }
 
     async fn start_position(&self, setup: &Setup, state: &ServerState) -> Result<Position, SourceError> {

@@ -262,7 +262,8 @@ impl Stream {
                 if self.options.columns.iter().any(|choice| choice.name.eq_ignore_ascii_case(name) && choice.cast.is_some()) {
                     return Err(self.snapshot_error(setup, format!("key column `{name}` is cast in `columns`; snapshots read in the column's own order, so publish it without a cast")));
                 }
-                Ok(KeyColumn { name: column.name.clone(), ty: column.ty })
+                let sql_type = setup.sql_types.iter().find(|(n, _)| n == &column.name).map_or("", |(_, t)| t.as_str());
+                Ok(KeyColumn { name: column.name.clone(), ty: column.ty, param_cast: keyset::param_cast(sql_type) })
             })
             .collect()
     }
