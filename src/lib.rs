@@ -20,7 +20,10 @@
 //! | `mssql-cdc-core` | configuration, the stage contract, the Kafka log contract, Kafka plumbing, telemetry |
 //! | `mssql-cdc-source` | the `mssql-source` stage: SQL Server CDC → Kafka |
 //! | `mssql-cdc-lake` | Delta plumbing, the facts table, the `delta-bronze` and `delta-silver` stages |
-//! | `mssql-cdc` (this one) | the registry of connector kinds ([`connectors`]), the worker that runs connectors and its management API ([`worker`]), the embedded broker, and the binary's commands |
+//! | `mssql-cdc-reconcile` | `mssql-cdc reconcile`: silver against its SQL Server table, by bucket counts and row hashes |
+//! | `mssql-cdc-broker` | the embedded Kafka-protocol broker (tansu in-process), re-exported as [`broker`] |
+//! | `mssql-cdc-testkit` | the test kit the end-to-end suites, `demo` and `bench` share |
+//! | `mssql-cdc` (this one) | the registry of connector kinds ([`connectors`]), the worker that runs connectors and its management API ([`worker`]), and the binary's commands |
 //!
 //! ## Example
 //!
@@ -45,6 +48,6 @@
 //! ```
 
 #[cfg(feature = "embedded-broker")]
-pub mod broker;
+pub use mssql_cdc_broker as broker;
 pub mod connectors;
 pub mod worker;

@@ -17,6 +17,7 @@ mod bronze;
 mod cli;
 mod deploy;
 mod pipeline;
+mod reconcile;
 mod silver;
 mod source;
 mod validate;

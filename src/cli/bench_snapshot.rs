@@ -92,7 +92,9 @@ pub async fn run(args: SnapshotBench) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn one_size(rows: u64, fetch_rows: u64, dir: &std::path::Path) -> anyhow::Result<Measured> {
+/// The in-process simulator with `dbo.orders` holding `rows` rows from before CDC was
+/// enabled, its capture job running (keep the handle).
+pub(super) async fn preloaded_orders(rows: u64) -> anyhow::Result<(Simulator, std::thread::JoinHandle<()>)> {
     let sim = Simulator::new(SimConfig::default());
     let loading = sim.clone();
     let started = Instant::now();
@@ -105,25 +107,36 @@ async fn one_size(rows: u64, fetch_rows: u64, dir: &std::path::Path) -> anyhow::
     .await?
     .map_err(|e| anyhow::anyhow!("loading the table: {e}"))?;
     eprintln!("bench: {rows} rows loaded in {:.1} s", started.elapsed().as_secs_f64());
-    let _jobs = sim.spawn_jobs(Duration::from_millis(100));
+    let jobs = sim.spawn_jobs(Duration::from_millis(100));
+    Ok((sim, jobs))
+}
+
+/// The snapshot of the whole table through the source, then bronze (each its own process):
+/// (source seconds, source peak MB, published totals, bronze seconds, bronze peak MB).
+pub(super) async fn snapshot_into_bronze(files: &Files, dir: &std::path::Path, kafka: &KafkaConfig, rows: u64) -> anyhow::Result<(f64, f64, mssql_cdc_testkit::kafka::Totals, f64, f64)> {
+    let (mut source, source_secs) = drain(files, &files.source, dir, kafka, Until::Published(rows)).await?;
+    let source_peak_mb = source.rss_mb("VmHWM");
+    source.stop();
+    let cluster = kafka.clone();
+    let fed = super::bench::off_runtime(move || totals(&cluster, TOPIC)).await?;
+    eprintln!("bench: source published {} rows in {source_secs:.1} s", fed.rows);
+    let facts_app = facts_app_id(BRONZE_APP);
+    let until = Until::Facts { table: &files.facts_table, app: &facts_app, batch: fed.batches as i64 - 1 };
+    let (mut bronze, bronze_secs) = drain(files, &files.bronze, dir, kafka, until).await?;
+    let bronze_peak_mb = bronze.rss_mb("VmHWM");
+    bronze.stop();
+    Ok((source_secs, source_peak_mb, fed, bronze_secs, bronze_peak_mb))
+}
+
+async fn one_size(rows: u64, fetch_rows: u64, dir: &std::path::Path) -> anyhow::Result<Measured> {
+    let (sim, _jobs) = preloaded_orders(rows).await?;
     let services = Services::start(BrokerStorage::Memory, "mssql-cdc-bench", &sim).await?;
     let kafka = KafkaConfig { bootstrap_servers: services.broker_address.to_string(), ..KafkaConfig::default() };
 
     let (bare_rows, bare_secs) = bare_read(services.sim_address).await?;
     eprintln!("bench: bare TDS read of {bare_rows} rows in {bare_secs:.1} s");
     let files = Files::write(dir, &services.broker_address.to_string(), services.sim_address, &format!("bootstrap = true\nsnapshot_fetch_rows = {fetch_rows}"))?;
-    let (mut source, source_secs) = drain(&files, &files.source, dir, &kafka, Until::Published(rows)).await?;
-    let source_peak_mb = source.rss_mb("VmHWM");
-    source.stop();
-    let cluster = kafka.clone();
-    let fed = super::bench::off_runtime(move || totals(&cluster, TOPIC)).await?;
-    eprintln!("bench: source published {} rows in {source_secs:.1} s", fed.rows);
-
-    let facts_app = facts_app_id(BRONZE_APP);
-    let until = Until::Facts { table: &files.facts_table, app: &facts_app, batch: fed.batches as i64 - 1 };
-    let (mut bronze, bronze_secs) = drain(&files, &files.bronze, dir, &kafka, until).await?;
-    let bronze_peak_mb = bronze.rss_mb("VmHWM");
-    bronze.stop();
+    let (source_secs, source_peak_mb, fed, bronze_secs, bronze_peak_mb) = snapshot_into_bronze(&files, dir, &kafka, rows).await?;
     services.stop().await;
     Ok(Measured { rows, bare_secs, bare_rows, source_secs, bytes: fed.bytes, batches: fed.batches, source_peak_mb, bronze_secs, bronze_peak_mb })
 }

@@ -3,6 +3,8 @@
 #[cfg(feature = "embedded-broker")]
 mod bench;
 #[cfg(feature = "embedded-broker")]
+mod bench_reconcile;
+#[cfg(feature = "embedded-broker")]
 mod bench_report;
 #[cfg(feature = "embedded-broker")]
 mod bench_silver;
@@ -13,6 +15,7 @@ mod broker;
 #[cfg(feature = "embedded-broker")]
 mod demo;
 mod health;
+mod reconcile;
 mod run;
 #[cfg(feature = "embedded-broker")]
 mod services;
@@ -58,6 +61,8 @@ enum Command {
     Freshness(silver::FreshnessArgs),
     /// Exit 0 when the period ending at PERIOD_END is final in silver, 1 when not yet
     IsFinal(silver::IsFinalArgs),
+    /// Compare silver with its SQL Server table while both run: exit 0 equal, 1 mismatch, 4 only changes in flight (docs/validation.md)
+    Reconcile(reconcile::ReconcileArgs),
     /// Compact a Delta table's small files (optionally z-ordered)
     Optimize(table::OptimizeArgs),
     /// Delete a Delta table's files older versions no longer need
@@ -98,6 +103,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apply(args) => runtime()?.block_on(silver::apply(args)),
         Command::Freshness(args) => runtime()?.block_on(silver::freshness(args)),
         Command::IsFinal(args) => runtime()?.block_on(silver::is_final(args)),
+        Command::Reconcile(args) => runtime()?.block_on(reconcile::run(args)),
         Command::Optimize(args) => runtime()?.block_on(table::optimize(args)),
         Command::Vacuum(args) => runtime()?.block_on(table::vacuum(args)),
         Command::Sim(args) => sim::run(args),

@@ -275,6 +275,18 @@ fn queries_follow_sql_server_semantics() {
     assert_eq!(s.query("SELECT TOP (2) id FROM dbo.orders ORDER BY id DESC").rows, vec![vec![Value::Int(4)], vec![Value::Int(3)]]);
     assert_eq!(int(&s.scalar("SELECT COUNT(*) FROM dbo.orders WHERE id BETWEEN 2 AND 3 AND status IN ('new', 'paid') AND status LIKE 'p%'")), 1);
     assert_eq!(s.fail("SELECT status, id FROM dbo.orders GROUP BY status").number, 8120);
+    // Reconcile's bucket scan: GROUP BY an expression of the key, the same expression in the
+    // select list, and a key sum as decimal(38,0) (select-group-by-transact-sql: a select
+    // item may be a GROUP BY expression; sum-transact-sql: decimal(p,s) sums as decimal(38,s)).
+    let buckets = s.query(
+        "SELECT (CAST(id AS bigint) - 1) / 2 AS b, COUNT_BIG(*) AS n, SUM(CAST(id AS decimal(38,0))) AS s FROM dbo.orders \
+         GROUP BY (CAST(id AS bigint) - 1) / 2 ORDER BY b",
+    );
+    assert_eq!(buckets.rows, vec![
+        vec![Value::Int(0), Value::Int(2), Value::Numeric { value: 3, scale: 0 }],
+        vec![Value::Int(1), Value::Int(2), Value::Numeric { value: 7, scale: 0 }],
+    ]);
+    assert_eq!(s.fail("SELECT (CAST(id AS bigint) - 1) / 3, COUNT_BIG(*) FROM dbo.orders GROUP BY (CAST(id AS bigint) - 1) / 2").number, 8120);
     assert_eq!(s.scalar("SELECT CAST(7.456 AS decimal(5,2))"), Value::Numeric { value: 746, scale: 2 });
     assert_eq!(s.fail("SELECT CAST('x' AS int)").number, 245);
     // Hints and session options are accepted.

@@ -170,7 +170,9 @@ impl Builder {
     }
 }
 
-fn rescale(value: i128, from: i32, to: i32) -> i128 {
+/// `value` at scale `from` moved to scale `to`, rounding half away from zero as CAST does
+/// (how a decimal lands at its column's scale in the log).
+pub fn rescale(value: i128, from: i32, to: i32) -> i128 {
     match to - from {
         0 => value,
         up if up > 0 => value.saturating_mul(10i128.pow(up as u32)),

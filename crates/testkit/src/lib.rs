@@ -14,6 +14,9 @@
 //! | [`kafka`] | topics read back to their ends, control records, topic checks |
 //! | [`metrics`] | `/metrics` scraped over HTTP and summed by name |
 //! | [`sql`] | SQL over TDS with tiberius: rows, statements, the maximum LSN |
+//! | [`compare`] | a source table's rows against silver's, column by column under each type |
+//! | [`view`] | the live view of a running pipeline, read from its metrics |
+//! | [`stats`] | latencies and percentiles for the benchmarks |
 //!
 //! It depends on the core and the simulator, never on the binary's crate, so the binary can
 //! use it (for `demo` and `bench`) and the suites can too.
@@ -31,6 +34,7 @@
 
 pub mod bin;
 pub mod broker;
+pub mod compare;
 pub mod error;
 pub mod files;
 pub mod kafka;
@@ -39,5 +43,7 @@ pub mod process;
 pub mod sim;
 pub mod sql;
 pub mod stage;
+pub mod stats;
+pub mod view;
 
 pub use error::{Error, Result};

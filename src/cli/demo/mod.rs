@@ -8,8 +8,6 @@
 //! SIGTERM or after `--duration`, the workload stops, the stages catch up to the last commit,
 //! and silver is read back and compared with the simulator's table, column by column.
 
-mod check;
-mod view;
 
 
 use std::io::{IsTerminal, Write};
@@ -35,6 +33,7 @@ use mssql_cdc_lake::silver::control;
 use mssql_cdc_source::config::ConnectionString;
 use mssql_cdc::connectors::ConnectorSettings;
 use mssql_cdc_core::telemetry::{http, metrics, Health};
+use mssql_cdc_testkit::{compare as check, view};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 

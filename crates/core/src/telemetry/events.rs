@@ -298,3 +298,41 @@ pub fn register_source(connector: &str, capture_instance: &str) {
         metrics::gauge!(name, &owned).increment(0.0);
     }
 }
+
+/// A reconcile run concluded.
+pub struct ReconcileFinished<'a> {
+    /// The silver table.
+    pub table: &'a str,
+    /// `equal`, `in_flight` or `mismatch`.
+    pub verdict: &'static str,
+    /// Its wall time.
+    pub duration: std::time::Duration,
+    /// Buckets that matched.
+    pub buckets_match: u64,
+    /// Buckets whose every difference is in flight.
+    pub buckets_in_flight: u64,
+    /// Buckets with a real difference.
+    pub buckets_mismatch: u64,
+    /// Differing keys, in-flight ones included.
+    pub findings: u64,
+}
+
+impl ReconcileFinished<'_> {
+    /// Sets the duration, counts buckets by verdict and findings, and logs the verdict (WARN on
+    /// a mismatch).
+    pub fn emit(self) {
+        use super::metrics::*;
+        let table = [("table", self.table.to_owned())];
+        metrics::gauge!(RECONCILE_DURATION_SECONDS, &table).set(self.duration.as_secs_f64());
+        for (verdict, count) in [("match", self.buckets_match), ("in_flight", self.buckets_in_flight), ("mismatch", self.buckets_mismatch)] {
+            metrics::counter!(RECONCILE_BUCKETS_TOTAL, "table" => self.table.to_owned(), "verdict" => verdict).increment(count);
+        }
+        metrics::counter!(RECONCILE_FINDINGS_TOTAL, &table).increment(self.findings);
+        let seconds = (self.duration.as_secs_f64() * 1000.0).round() / 1000.0;
+        if self.verdict == "mismatch" {
+            tracing::warn!(table = %self.table, verdict = self.verdict, seconds, buckets_mismatch = self.buckets_mismatch, findings = self.findings, "reconcile found differences");
+        } else {
+            tracing::info!(table = %self.table, verdict = self.verdict, seconds, buckets_in_flight = self.buckets_in_flight, findings = self.findings, "reconcile finished");
+        }
+    }
+}

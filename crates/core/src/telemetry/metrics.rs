@@ -70,6 +70,13 @@ pub const SILVER_APPLY_DURATION_SECONDS: &str = "mssql_cdc_silver_apply_duration
 /// Now minus `finalized_until`, by `table`.
 pub const SILVER_VERDICT_AGE_SECONDS: &str = "mssql_cdc_silver_verdict_age_seconds";
 
+/// Wall time of the last reconcile run, by silver `table` (gauge, seconds).
+pub const RECONCILE_DURATION_SECONDS: &str = "mssql_cdc_reconcile_duration_seconds";
+/// Buckets reconcile judged, by silver `table` and `verdict` (`match`, `in_flight`, `mismatch`).
+pub const RECONCILE_BUCKETS_TOTAL: &str = "mssql_cdc_reconcile_buckets_total";
+/// Keys reconcile found differing (in flight included), by silver `table`.
+pub const RECONCILE_FINDINGS_TOTAL: &str = "mssql_cdc_reconcile_findings_total";
+
 fn describe_all() {
     describe_counter!(STAGE_RETRIES_TOTAL, Unit::Count, "Transient stage failures retried after a backoff.");
     describe_counter!(STAGE_FAILURES_TOTAL, Unit::Count, "Stages stopped by an error (fatal, or past the retry budget).");
@@ -96,6 +103,9 @@ fn describe_all() {
     describe_counter!(SOURCE_SNAPSHOT_ROWS_TOTAL, Unit::Count, "Snapshot rows published, per capture instance.");
     describe_gauge!(SOURCE_SNAPSHOT_ROWS_DONE, Unit::Count, "Rows the newest snapshot has published so far.");
     describe_gauge!(SOURCE_SNAPSHOT_ROWS_EXPECTED, Unit::Count, "The table's rows when the newest snapshot opened (estimate).");
+    describe_gauge!(RECONCILE_DURATION_SECONDS, Unit::Seconds, "Wall time of the last reconcile run.");
+    describe_counter!(RECONCILE_BUCKETS_TOTAL, Unit::Count, "Buckets reconcile judged, by verdict.");
+    describe_counter!(RECONCILE_FINDINGS_TOTAL, Unit::Count, "Keys reconcile found differing, in-flight ones included.");
     describe_gauge!(PROCESS_START_TIME_SECONDS, Unit::Seconds, "Unix time at which the process started.");
     describe_counter!(BROKER_TLS_CONNECTIONS_TOTAL, Unit::Count, "Connections accepted by the embedded broker's TLS listener.");
     describe_counter!(BROKER_TLS_HANDSHAKE_FAILURES_TOTAL, Unit::Count, "TLS handshakes rejected by the embedded broker's listener.");
@@ -131,6 +141,9 @@ pub const ALL: &[&str] = &[
     SILVER_ROWS_DELETED_TOTAL,
     SILVER_APPLY_DURATION_SECONDS,
     SILVER_VERDICT_AGE_SECONDS,
+    RECONCILE_DURATION_SECONDS,
+    RECONCILE_BUCKETS_TOTAL,
+    RECONCILE_FINDINGS_TOTAL,
 ];
 
 /// Installs the process-wide Prometheus recorder (once) and returns the handle that renders it.

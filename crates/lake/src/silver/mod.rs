@@ -12,6 +12,8 @@ pub mod config;
 pub mod control;
 pub mod error;
 pub mod fold;
+#[cfg(test)]
+mod property_tests;
 
 
 use futures::future::BoxFuture;

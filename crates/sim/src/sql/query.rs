@@ -469,7 +469,15 @@ pub(crate) fn key_range(filter: &CExpr, key: usize, ctx: &Ctx<'_>) -> SqlResult<
 
 /// Error 8120 for a bare column that is neither grouped nor aggregated.
 fn check_grouping(outputs: &[(String, CExpr)], group_by: &[CExpr], scope: &[ScopeColumn]) -> SqlResult<()> {
-    fn bare_columns(expr: &CExpr, out: &mut Vec<usize>) {
+    // A select item may use a GROUP BY expression whole (`GROUP BY (id - 1) / 10` with
+    // `SELECT (id - 1) / 10, COUNT_BIG(*)`): its columns are then grouped. Compiled
+    // expressions compare by their debug form, which spells every node and constant.
+    let grouped_exprs: Vec<String> = group_by.iter().filter(|g| !matches!(g, CExpr::Column(_))).map(|g| format!("{g:?}")).collect();
+    fn bare_columns(expr: &CExpr, grouped_exprs: &[String], out: &mut Vec<usize>) {
+        if !grouped_exprs.is_empty() && grouped_exprs.contains(&format!("{expr:?}")) {
+            return;
+        }
+        let bare_columns = |expr: &CExpr, out: &mut Vec<usize>| bare_columns(expr, grouped_exprs, out);
         match expr {
             CExpr::Column(i) => out.push(*i),
             CExpr::Agg(_) | CExpr::Const(_) => {}
@@ -506,7 +514,7 @@ fn check_grouping(outputs: &[(String, CExpr)], group_by: &[CExpr], scope: &[Scop
     let grouped: Vec<usize> = group_by.iter().filter_map(|g| if let CExpr::Column(i) = g { Some(*i) } else { None }).collect();
     for (_, expr) in outputs {
         let mut columns = Vec::new();
-        bare_columns(expr, &mut columns);
+        bare_columns(expr, &grouped_exprs, &mut columns);
         if let Some(column) = columns.into_iter().find(|c| !grouped.contains(c)) {
             let column = &scope[column];
             let qualifier = column.qualifiers.last().cloned().unwrap_or_default();

@@ -1,4 +1,4 @@
-//! The demo's closing check: silver, read back from Delta, against the simulator's table,
+//! The demo's closing check (and any test's): silver, read back from Delta, against the simulator's table,
 //! column by column under each column's type, keyed by the primary key.
 
 use std::collections::BTreeMap;

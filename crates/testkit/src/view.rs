@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use mssql_cdc_core::telemetry::metrics as m;
-use mssql_cdc_testkit::metrics::sum as sum_metric;
+use crate::metrics::sum as sum_metric;
 
 /// One reading of the metrics the view shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
