@@ -79,7 +79,7 @@ print(done)
     files.sort();
     let args: Vec<&str> = files.iter().map(String::as_str).collect();
     let count: usize = support::run_python(script, &args).trim().parse().unwrap();
-    assert!(count >= 9, "every manifest read ({count})");
+    assert!(count >= 10, "every manifest read ({count})");
 }
 
 /// The worker and connector files of the compose stack and of the manifests pass `validate`.

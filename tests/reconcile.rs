@@ -150,7 +150,7 @@ impl Feed {
 
 /// Plants one fault in silver: `delete`, `update` (a value) or `insert` (a key the source lacks).
 const PLANT: &str = r#"
-import sys
+import os, sys
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 path, action, key = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -165,14 +165,18 @@ elif action == "insert":
     row = row.set_column(index, row.schema.field(index), pa.array([key], type=row.schema.field(index).type))
     write_deltalake(path, row, mode="append")
 print("ok")
+sys.stdout.flush()
+os._exit(0)
 "#;
 
 /// Reads the report table back: (kind, verdict, failure_type, key) of one run.
 const REPORT: &str = r#"
-import json, sys
+import json, os, sys
 from deltalake import DeltaTable
 rows = DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()
 print(json.dumps([[r["kind"], r["verdict"], r["failure_type"], r["key"]] for r in rows if r["run_id"] == sys.argv[2]]))
+sys.stdout.flush()
+os._exit(0)
 "#;
 
 fn failures(outcome: &serde_json::Value) -> Vec<(String, String)> {
@@ -365,12 +369,14 @@ async fn every_type_the_log_carries_hashes_alike_on_both_sides() {
 
 /// Silver's row 1 one character different in `nvc`, row 3 a microsecond later in `dt2`.
 const NUDGE: &str = r#"
-import sys
+import os, sys
 from deltalake import DeltaTable
 table = DeltaTable(sys.argv[1])
 table.update(updates={"nvc": "'plain!'"}, predicate="id = 1")
 table.update(updates={"dt2": "dt2 + INTERVAL '1 microsecond'"}, predicate="id = 3")
 print("ok")
+sys.stdout.flush()
+os._exit(0)
 "#;
 
 /// One column per SQL Server type the log carries; rows of extremes, of NULLs, of everyday
@@ -398,3 +404,22 @@ INSERT INTO dbo.every_type VALUES
 EXEC sys.sp_cdc_enable_db;
 EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'every_type', @role_name = NULL;
 INSERT INTO dbo.every_type (id, nvc, dto) VALUES (5, N'after CDC', '2026-12-01 00:00:00.5 +05:30')";
+
+/// Bad input exits 2 and names every problem at once: a silver file of another kind, a sample
+/// and a bucket size out of range; nothing is connected to.
+#[test]
+fn bad_input_exits_2_naming_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let bronze = bronze_file(dir.path(), "orders", "cdc.sales.dbo.orders", "orders-bronze-v1", "");
+    let source = support::write_file(dir.path(), "source.toml", &mssql_cdc_testkit::files::source_toml("orders-source", 1, "cdc", ""));
+    let output = Command::new(support::bin())
+        .args(["reconcile", bronze.to_str().unwrap(), "--source", source.to_str().unwrap(), "--sample", "2", "--bucket-rows", "0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    for expected in ["--sample: 2 is out of range", "--bucket-rows", "is a `delta-bronze`"] {
+        assert!(stderr.contains(expected), "`{expected}` in:\n{stderr}");
+    }
+    assert!(output.stdout.is_empty());
+}

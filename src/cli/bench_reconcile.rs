@@ -93,6 +93,7 @@ fn reconcile(files: &Files, dir: &Path, bucket_rows: u64, sample: &str) -> anyho
     let mut child = Command::new(std::env::current_exe()?)
         .args(["reconcile", &files.silver.display().to_string(), "--source", &files.source.display().to_string(), "--json", "--sample", sample])
         .args(["--bucket-rows", &bucket_rows.to_string()])
+        .env(mssql_cdc_sim::client::PASSWORD_ENV, mssql_cdc_sim::client::password_from_env())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(dir.join(format!("reconcile-{sample}.log")))?)
         .spawn()?;

@@ -9,6 +9,15 @@ use url::Url;
 use super::BrokerError;
 
 /// The `--storage` of `mssql-cdc broker`.
+///
+/// ```
+/// use mssql_cdc_broker::BrokerStorage;
+///
+/// assert_eq!("memory".parse::<BrokerStorage>(), Ok(BrokerStorage::Memory));
+/// assert_eq!("sqlite:/tmp/b.db".parse::<BrokerStorage>(), Ok(BrokerStorage::Sqlite("/tmp/b.db".into())));
+/// assert!("postgres://x".parse::<BrokerStorage>().is_err());
+/// assert!("sqlite:".parse::<BrokerStorage>().is_err());
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BrokerStorage {
     /// In memory: fast, lost when the process exits.
@@ -42,8 +51,19 @@ impl fmt::Display for BrokerStorage {
 
 impl BrokerStorage {
     /// The storage URL tansu takes. tansu joins a SQLite path to its working directory after
-    /// dropping one leading `/`, so an absolute path is written with two.
-    pub(crate) fn tansu_url(&self) -> Result<Url, BrokerError> {
+    /// dropping one leading `/`, so an absolute path is written with two: the join then
+    /// yields the absolute path itself.
+    ///
+    /// ```
+    /// use mssql_cdc_broker::BrokerStorage;
+    ///
+    /// let file = std::env::temp_dir().join("mssql-cdc-doc").join("b.db");
+    /// let url = BrokerStorage::Sqlite(file.clone()).tansu_url().unwrap();
+    /// let rest = url.path().strip_prefix('/').unwrap();
+    /// assert_eq!(url.domain(), None);
+    /// assert_eq!(std::env::current_dir().unwrap().join(rest), file);
+    /// ```
+    pub fn tansu_url(&self) -> Result<Url, BrokerError> {
         let text = match self {
             Self::Memory => "memory://tansu/".to_owned(),
             Self::Sqlite(path) => {
@@ -57,29 +77,5 @@ impl BrokerStorage {
             }
         };
         Url::parse(&text).map_err(|error| BrokerError::Start(format!("storage URL `{text}`: {error}")))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn storage_flags_parse() {
-        assert_eq!("memory".parse::<BrokerStorage>(), Ok(BrokerStorage::Memory));
-        assert_eq!("sqlite:/tmp/b.db".parse::<BrokerStorage>(), Ok(BrokerStorage::Sqlite("/tmp/b.db".into())));
-        assert!("postgres://x".parse::<BrokerStorage>().is_err());
-        assert!("sqlite:".parse::<BrokerStorage>().is_err());
-    }
-
-    #[test]
-    fn absolute_sqlite_paths_survive_tansus_join() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("b.db");
-        let url = BrokerStorage::Sqlite(file.clone()).tansu_url().unwrap();
-        // tansu: current_dir + domain + path without its first '/'; an absolute rest replaces it.
-        let rest = url.path().strip_prefix('/').unwrap();
-        assert_eq!(url.domain(), None);
-        assert_eq!(std::env::current_dir().unwrap().join(rest), file);
     }
 }

@@ -287,6 +287,18 @@ fn queries_follow_sql_server_semantics() {
         vec![Value::Int(1), Value::Int(2), Value::Numeric { value: 7, scale: 0 }],
     ]);
     assert_eq!(s.fail("SELECT (CAST(id AS bigint) - 1) / 3, COUNT_BIG(*) FROM dbo.orders GROUP BY (CAST(id AS bigint) - 1) / 2").number, 8120);
+    // cast-and-convert-transact-sql, date and time styles: 121/126/127 keep a datetime2(n)'s
+    // or time(n)'s n fractional digits; a datetime has 3, left out at zero in ISO 8601.
+    let mut text = |sql: &str| match s.scalar(sql) {
+        Value::Text(text) => text,
+        other => panic!("{sql}: {other:?}"),
+    };
+    assert_eq!(text("SELECT CONVERT(varchar(40), CAST('2026-12-01 12:34:56.1234567' AS datetime2(7)), 121)"), "2026-12-01 12:34:56.1234567");
+    assert_eq!(text("SELECT CONVERT(varchar(40), CAST('2026-12-01 12:34:56.1234567' AS datetime2(7)), 126)"), "2026-12-01T12:34:56.1234567");
+    assert_eq!(text("SELECT CONVERT(varchar(40), CAST('2026-12-01 12:34:56' AS datetime2(0)), 121)"), "2026-12-01 12:34:56");
+    assert_eq!(text("SELECT CONVERT(varchar(40), CAST('2026-12-01 12:34:56.5' AS datetime2(3)), 127)"), "2026-12-01T12:34:56.500Z");
+    assert_eq!(text("SELECT CONVERT(varchar(40), CAST('2026-12-01 12:34:56' AS datetime), 126)"), "2026-12-01T12:34:56");
+    assert_eq!(text("SELECT CONVERT(varchar(40), CAST('12:34:56.1234567' AS time(7)), 121)"), "12:34:56.1234567");
     assert_eq!(s.scalar("SELECT CAST(7.456 AS decimal(5,2))"), Value::Numeric { value: 746, scale: 2 });
     assert_eq!(s.fail("SELECT CAST('x' AS int)").number, 245);
     // Hints and session options are accepted.

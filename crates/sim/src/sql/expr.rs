@@ -152,6 +152,9 @@ pub enum CExpr {
         ty: SqlType,
         /// `CONVERT` style.
         style: Option<i64>,
+        /// The operand's static type, for styles whose text depends on it (the fractional
+        /// digits of `datetime2(n)` and `time(n)`).
+        from: Option<SqlType>,
         /// `TRY_CAST`/`TRY_CONVERT`: NULL instead of an error.
         lenient: bool,
     },
@@ -279,6 +282,7 @@ impl Compiler<'_> {
                 expr: Box::new(self.compile(expr)?),
                 ty: data_type_of(data_type)?,
                 style: None,
+                from: None,
                 lenient: matches!(kind, ast::CastKind::TryCast | ast::CastKind::SafeCast),
             },
             Expr::Convert { is_try, expr, data_type, styles, .. } => {
@@ -290,7 +294,9 @@ impl Compiler<'_> {
                     },
                     None => None,
                 };
-                CExpr::Cast { expr: Box::new(self.compile(expr)?), ty, style, lenient: *is_try }
+                let expr = self.compile(expr)?;
+                let from = style.map(|_| expr.ty(self.scope, self.aggs.as_deref().map_or(&[][..], Vec::as_slice)));
+                CExpr::Cast { expr: Box::new(expr), ty, style, from, lenient: *is_try }
             }
             Expr::Case { operand, conditions, else_result, .. } => {
                 let operand = operand.as_ref().map(|operand| self.compile(operand).map(Box::new)).transpose()?;
@@ -506,9 +512,9 @@ impl CExpr {
                     _ => Value::Null,
                 }
             }
-            CExpr::Cast { expr, ty, style, lenient } => {
+            CExpr::Cast { expr, ty, style, from, lenient } => {
                 let value = expr.eval(row, aggs, ctx)?;
-                let converted = functions::convert(&value, *ty, *style);
+                let converted = functions::convert(&value, *ty, *style, *from);
                 match converted {
                     Err(_) if *lenient => Value::Null,
                     other => other?,

@@ -1,6 +1,6 @@
 //! Built-in scalar functions, `CONVERT` styles and `AT TIME ZONE`.
 
-use chrono::{Datelike, NaiveDateTime};
+use chrono::{Datelike, NaiveDateTime, Timelike};
 
 use super::expr::{date_part, Ctx};
 use crate::cdc::MappingRow;
@@ -483,8 +483,17 @@ impl Builtin {
     }
 }
 
-/// `CONVERT(ty, value, style)`: the styles the pipeline and common tools use.
-pub fn convert(value: &Value, ty: SqlType, style: Option<i64>) -> SqlResult<Value> {
+/// `CONVERT(ty, value, style)`: the styles the pipeline and common tools use. `from` is the
+/// operand's static type: styles 121, 126 and 127 write a `datetime2(n)` or `time(n)` with its
+/// `n` fractional digits (t-sql/functions/cast-and-convert-transact-sql, "Date and time
+/// styles"), a `datetime` with 3.
+pub fn convert(value: &Value, ty: SqlType, style: Option<i64>, from: Option<SqlType>) -> SqlResult<Value> {
+    let digits = match from {
+        Some(SqlType::DateTime2(n) | SqlType::Time(n)) => n,
+        Some(SqlType::SmallDateTime) => 0,
+        _ => 3,
+    };
+    let fraction = |nanos: u32| if digits == 0 { String::new() } else { format!(".{:0width$}", nanos / 10u32.pow(9 - u32::from(digits.min(9))), width = usize::from(digits)) };
     match (value, style) {
         (Value::Binary(bytes), Some(1 | 2)) if ty.is_text() => {
             let shown = hex(bytes);
@@ -497,12 +506,21 @@ pub fn convert(value: &Value, ty: SqlType, style: Option<i64>) -> SqlResult<Valu
                 Err(_) => Err(SqlError::conversion("varchar", text, &ty.to_string())),
             }
         }
+        (Value::Time(t), Some(108 | 8 | 114 | 14 | 121 | 21 | 126 | 127)) if ty.is_text() => {
+            let text = match style {
+                Some(108 | 8) => t.format("%H:%M:%S").to_string(),
+                _ => format!("{}{}", t.format("%H:%M:%S"), fraction(t.nanosecond())),
+            };
+            Value::Text(text).cast(ty)
+        }
         (Value::DateTime(dt), Some(style)) if ty.is_text() => {
             let text = match style {
                 120 | 20 => dt.format("%Y-%m-%d %H:%M:%S").to_string(),
-                121 | 21 => dt.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
-                126 => dt.format("%Y-%m-%dT%H:%M:%S%.3f").to_string(),
-                127 => format!("{}Z", dt.format("%Y-%m-%dT%H:%M:%S%.3f")),
+                121 | 21 => format!("{}{}", dt.format("%Y-%m-%d %H:%M:%S"), fraction(dt.nanosecond())),
+                // A datetime's zero milliseconds are left out in the ISO 8601 styles.
+                126 | 127 if dt.nanosecond() == 0 && digits == 3 => format!("{}{}", dt.format("%Y-%m-%dT%H:%M:%S"), if style == 127 { "Z" } else { "" }),
+                126 => format!("{}{}", dt.format("%Y-%m-%dT%H:%M:%S"), fraction(dt.nanosecond())),
+                127 => format!("{}{}Z", dt.format("%Y-%m-%dT%H:%M:%S"), fraction(dt.nanosecond())),
                 112 => dt.format("%Y%m%d").to_string(),
                 23 => dt.format("%Y-%m-%d").to_string(),
                 _ => value.to_text().unwrap_or_default(),
