@@ -150,22 +150,20 @@ pub fn row_hash<'a>(values: impl IntoIterator<Item = Option<&'a str>>) -> String
 }
 
 /// A key as the report shows it: a JSON object of the key columns' canonical texts (integers
-/// as numbers).
-pub fn key_json(names: &[String], values: &[Option<String>], types: &[ColumnType]) -> String {
+/// as numbers), from (name, type, value) in key order.
+pub fn key_json<'n, 'v>(fields: impl IntoIterator<Item = (&'n str, ColumnType, Option<&'v str>)>) -> String {
     // Written by hand to keep the key's column order (a JSON map may sort its keys).
-    let fields: Vec<String> = names
-        .iter()
-        .zip(values)
-        .zip(types)
-        .map(|((name, value), ty)| {
+    let fields: Vec<String> = fields
+        .into_iter()
+        .map(|(name, ty, value)| {
             let json = match (value, ty) {
                 (None, _) => serde_json::Value::Null,
                 (Some(text), ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64) => {
-                    text.parse::<i64>().map_or_else(|_| serde_json::Value::String(text.clone()), serde_json::Value::from)
+                    text.parse::<i64>().map_or_else(|_| serde_json::Value::String(text.to_owned()), serde_json::Value::from)
                 }
-                (Some(text), _) => serde_json::Value::String(text.clone()),
+                (Some(text), _) => serde_json::Value::String(text.to_owned()),
             };
-            format!("{}:{json}", serde_json::Value::String(name.clone()))
+            format!("{}:{json}", serde_json::Value::String(name.to_owned()))
         })
         .collect();
     format!("{{{}}}", fields.join(","))
@@ -283,8 +281,7 @@ mod tests {
     /// Keys show as JSON with integers as numbers.
     #[test]
     fn keys_show_as_json() {
-        let names = vec!["id".to_owned(), "code".to_owned()];
-        let json = key_json(&names, &[Some("7".into()), Some("x".into())], &[ColumnType::Int32, ColumnType::String]);
+        let json = key_json([("id", ColumnType::Int32, Some("7")), ("code", ColumnType::String, Some("x"))]);
         assert_eq!(json, r#"{"id":7,"code":"x"}"#);
     }
 }

@@ -123,7 +123,7 @@ pub async fn bronze_changed_keys(location: &str, storage: &Storage, layout: &Lay
     let sql = format!("SELECT {} FROM bronze WHERE \"_start_lsn\" > {}", keys.join(", "), literal(&after));
     let batches = query(&[("bronze", &bronze)], &sql).await?;
     let names = layout.key_names();
-    let types: Vec<_> = layout.key.iter().map(|&i| layout.columns[i].ty).collect();
+    let types: Vec<_> = layout.key_types().collect();
     let mut out = HashSet::new();
     for batch in &batches {
         for row in 0..batch.num_rows() {
@@ -131,7 +131,7 @@ pub async fn bronze_changed_keys(location: &str, storage: &Storage, layout: &Lay
             for (index, ty) in types.iter().enumerate() {
                 values.push(canonical::arrow_value(batch.column(index), row, *ty).map_err(|message| ReconcileError::Value { side: "bronze", column: names[index].clone(), message })?);
             }
-            out.insert(canonical::key_json(&names, &values, &types));
+            out.insert(layout.key_json(values.iter().map(Option::as_deref)));
         }
     }
     Ok(out)

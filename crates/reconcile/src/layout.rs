@@ -42,12 +42,20 @@ impl Layout {
         }
     }
 
+    /// The key's log types, in key order.
+    pub fn key_types(&self) -> impl Iterator<Item = ColumnType> + '_ {
+        self.key.iter().map(|&i| self.columns[i].ty)
+    }
+
+    /// A key as the report shows it, from the key columns' canonical texts in key order.
+    pub fn key_json<'v>(&self, key_values: impl IntoIterator<Item = Option<&'v str>>) -> String {
+        canonical::key_json(self.key.iter().map(|&i| (self.columns[i].name.as_str(), self.columns[i].ty)).zip(key_values).map(|((name, ty), value)| (name, ty, value)))
+    }
+
     /// A row's key (as the report shows it) and hash, from its values' canonical texts in
     /// column order.
     pub fn identify(&self, values: &[Option<String>]) -> (String, String) {
-        let key_values: Vec<Option<String>> = self.key.iter().map(|&i| values[i].clone()).collect();
-        let types: Vec<ColumnType> = self.key.iter().map(|&i| self.columns[i].ty).collect();
-        let key = canonical::key_json(&self.key_names(), &key_values, &types);
+        let key = self.key_json(self.key.iter().map(|&i| values[i].as_deref()));
         (key, canonical::row_hash(values.iter().map(Option::as_deref)))
     }
 }

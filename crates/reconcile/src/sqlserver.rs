@@ -143,15 +143,14 @@ impl SqlServer {
         let after = after.unwrap_or(Lsn::ZERO);
         let sql = format!("SELECT {} FROM {change_table} WHERE __$start_lsn > @P1", select.join(", "));
         let rows = self.all(&sql, &[ColumnData::Binary(Some(after.0.to_vec().into()))]).await?;
-        let names = layout.key_names();
-        let types: Vec<_> = layout.key.iter().map(|&i| layout.columns[i].ty).collect();
+        let types: Vec<_> = layout.key_types().collect();
         let mut out = HashSet::new();
         for row in rows {
             let mut values = Vec::with_capacity(row.len());
             for (data, ty) in row.iter().zip(&types) {
                 values.push(canonical::sql_value(data, *ty).map_err(|message| ReconcileError::Value { side: "the change table", column: String::new(), message })?);
             }
-            out.insert(canonical::key_json(&names, &values, &types));
+            out.insert(layout.key_json(values.iter().map(Option::as_deref)));
         }
         Ok(out)
     }
