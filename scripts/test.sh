@@ -72,4 +72,7 @@ fi
 timings=()
 [ "${MSSQL_CDC_TIMINGS:-0}" = "0" ] || timings=(--timings)
 cargo build --release --locked --all-targets "${timings[@]}" "${features[@]}"
+# Three tests at a time on CI's 2 cores: the end-to-end tests spend most of their time waiting on
+# processes and poll intervals (ADR 0008). RUST_TEST_THREADS overrides it.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-3}"
 cargo test --release --locked "${features[@]}" "$@"
