@@ -12,6 +12,7 @@
 mod support;
 
 mod api;
+mod backfill;
 mod broker;
 mod bronze;
 mod cli;

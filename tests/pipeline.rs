@@ -44,9 +44,9 @@ use tiberius::numeric::Numeric;
 const BRONZE_APP: &str = "orders-bronze-v1";
 
 /// Indexes of the stages in [`Pipeline::stages`].
-const SOURCE: usize = 0;
-const BRONZE: usize = 1;
-const SILVER: usize = 2;
+pub(crate) const SOURCE: usize = 0;
+pub(crate) const BRONZE: usize = 1;
+pub(crate) const SILVER: usize = 2;
 
 /// How much of a process's stderr goes into a failure message (the tail).
 const LOG_TAIL: usize = 12_000;
@@ -127,38 +127,38 @@ os._exit(0)
 
 /// A row of `dbo.orders`: (order_id, customer_id, status, amount in cents, currency, note,
 /// is_priority).
-type Order = (i64, i64, String, i128, String, Option<String>, bool);
+pub(crate) type Order = (i64, i64, String, i128, String, Option<String>, bool);
 
 /// A batch-type facts row of the bronze sink: (batch_id, start_lsn, end_lsn, rows).
-type FactsBatch = (i64, String, String, i64);
+pub(crate) type FactsBatch = (i64, String, String, i64);
 
 /// What the Python reader saw.
 #[derive(Debug)]
-struct Observed {
+pub(crate) struct Observed {
     /// Tables it could not read.
-    errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
     /// The bronze sink's batch-type facts rows, in the order read.
-    batches: Vec<FactsBatch>,
+    pub(crate) batches: Vec<FactsBatch>,
     /// Its event rows: (batch_id, event, rows).
-    events: Vec<(i64, String, i64)>,
+    pub(crate) events: Vec<(i64, String, i64)>,
     /// Bronze's (start_lsn, seqval, operation) (`full` only).
-    changes: Vec<Coordinates>,
+    pub(crate) changes: Vec<Coordinates>,
     /// Silver's control row: the last bronze batch applied (-1 when there is none).
-    applied_batch: i64,
+    pub(crate) applied_batch: i64,
     /// Silver's control row: its verdict.
-    finalized_until: Option<DateTime<Utc>>,
+    pub(crate) finalized_until: Option<DateTime<Utc>>,
     /// Silver's rows (`full` only; `None` when unreadable).
-    rows: Option<Vec<Order>>,
+    pub(crate) rows: Option<Vec<Order>>,
 }
 
 /// The tables [`READ`] reads, and their storage options (JSON).
 #[derive(Clone, Debug)]
-struct Tables {
-    facts: String,
-    bronze: String,
-    control: String,
-    silver: String,
-    storage: String,
+pub(crate) struct Tables {
+    pub(crate) facts: String,
+    pub(crate) bronze: String,
+    pub(crate) control: String,
+    pub(crate) silver: String,
+    pub(crate) storage: String,
 }
 
 impl Tables {
@@ -169,7 +169,7 @@ impl Tables {
 }
 
 /// Runs [`READ`] on a pipeline's tables.
-fn observe(tables: &Tables, full: bool) -> Observed {
+pub(crate) fn observe(tables: &Tables, full: bool) -> Observed {
     let mode = if full { "full" } else { "progress" };
     let output = run_python(READ, &[&tables.facts, &tables.bronze, &tables.control, &tables.silver, BRONZE_APP, mode, &tables.storage]);
     let value: serde_json::Value = serde_json::from_str(output.trim()).unwrap_or_else(|e| panic!("reader output is JSON ({e}): {output}"));
@@ -218,7 +218,7 @@ fn cents(amount: Numeric) -> i128 {
 }
 
 /// The simulator's `dbo.orders` over TDS.
-async fn orders(sim: &SimServer) -> Vec<Order> {
+pub(crate) async fn orders(sim: &SimServer) -> Vec<Order> {
     let rows = query_rows(&sim.client_config(), "SELECT order_id, customer_id, status, amount, currency, note, is_priority FROM dbo.orders").await;
     rows.iter()
         .map(|r| {
@@ -283,6 +283,12 @@ fn check_equalities(found: &Observed, controls: &[ControlRecord], truth: &[Coord
         if control.events.iter().any(|e| matches!(e.name(), "bootstrap" | "resnapshot")) {
             continue;
         }
+        if let Some(chunk) = control.chunk() {
+            // A chunk's rows, stamped with its wave's LSN.
+            let w = chunk.stamp.to_string();
+            expected.extend(std::iter::repeat_n((w.clone(), w, 0), control.rows as usize));
+            continue;
+        }
         match control.open_snapshot() {
             Some(snapshot) => {
                 let s = snapshot.lsn.to_string();
@@ -320,7 +326,7 @@ fn check_equalities(found: &Observed, controls: &[ControlRecord], truth: &[Coord
 
 /// Asserts a stage's log is quiet for a healthy run: no ERROR line, and no WARN line
 /// repeated (a per-batch warning is what operators page on).
-fn assert_quiet(stage: &StageProcess) {
+pub(crate) fn assert_quiet(stage: &StageProcess) {
     let log = stage.log();
     let mut warnings: BTreeMap<String, usize> = BTreeMap::new();
     for line in log.lines() {
@@ -358,7 +364,7 @@ fn strip_ansi(text: &str) -> String {
 
 /// The order the stages start in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Start {
+pub(crate) enum Start {
     /// The source, then (once its control topic exists) bronze and silver.
     SourceFirst,
     /// All three at once.
@@ -368,19 +374,19 @@ enum Start {
 }
 
 /// How a [`Pipeline`] is set up.
-struct Setup {
-    start: Start,
+pub(crate) struct Setup {
+    pub(crate) start: Start,
     /// Extra worker lines (a `[retry]` table).
-    worker_extra: &'static str,
+    pub(crate) worker_extra: &'static str,
     /// An S3 server (through a proxy) for the tables, else a local directory.
-    s3: bool,
+    pub(crate) s3: bool,
     /// Orders `1..=preloaded` are in `dbo.orders` before CDC is enabled.
-    preloaded: u64,
+    pub(crate) preloaded: u64,
     /// Extra source connector lines (`bootstrap = true`, ...).
-    source_extra: &'static str,
+    pub(crate) source_extra: &'static str,
     /// Run the compose stack's own files (`compose/worker.toml`, `compose/connectors/`)
     /// with this schema registry URL, instead of the suites' generated ones.
-    compose: Option<String>,
+    pub(crate) compose: Option<String>,
 }
 
 impl Default for Setup {
@@ -440,37 +446,37 @@ fn compose_files(dir: &std::path::Path, sim: &SimServer, broker: &TestBroker, re
 }
 
 /// The simulator, the broker and the three stages, with `dbo.orders` set up and CDC on.
-struct Pipeline {
+pub(crate) struct Pipeline {
     // Declared first so the stage processes go before the broker and the simulator.
-    stages: Vec<StageProcess>,
-    broker: TestBroker,
-    sim: SimServer,
-    topic: String,
+    pub(crate) stages: Vec<StageProcess>,
+    pub(crate) broker: TestBroker,
+    pub(crate) sim: SimServer,
+    pub(crate) topic: String,
     /// The S3 server and the proxy in front of it, for the object-store outage.
     s3: Option<(S3Server, Proxy)>,
     /// Each stage's `/metrics`, scraped just before its clean stop.
-    scraped: String,
+    pub(crate) scraped: String,
     /// Orders `1..=preloaded` were in the table before CDC.
-    preloaded: u64,
+    pub(crate) preloaded: u64,
     /// The source's worker and connector files (to start it again).
-    source_files: (std::path::PathBuf, std::path::PathBuf),
+    pub(crate) source_files: (std::path::PathBuf, std::path::PathBuf),
     /// Change rows CDC cleanup purged, read before the purge: part of the history bronze
     /// must hold.
-    purged: Vec<Coordinates>,
+    pub(crate) purged: Vec<Coordinates>,
     /// LSN ranges `(from, to]` a snapshot's completion moved the position over: their changes
     /// reach the log only as the snapshot's rows, so bronze does not hold them.
-    skipped: Vec<(String, String)>,
+    pub(crate) skipped: Vec<(String, String)>,
     /// The tables the reader reads.
-    tables: Tables,
+    pub(crate) tables: Tables,
     /// The stages' environment.
-    env: Vec<(String, String)>,
-    dir: tempfile::TempDir,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Pipeline {
     /// Starts the simulator and the broker, creates `dbo.orders` with CDC (a workload process
     /// with `--setup` and no changes), then starts the stages in the order `setup` says.
-    fn start(setup: Setup) -> Self {
+    pub(crate) fn start(setup: Setup) -> Self {
         let sim = SimServer::start(&[]).unwrap();
         let broker = TestBroker::start().unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -529,14 +535,14 @@ impl Pipeline {
     }
 
     /// The main workload: `changes` changes at `rate` changes/s, concurrently with the stages.
-    fn workload(&self, changes: u64, rate: u64, seed: u64) -> WorkloadProcess {
+    pub(crate) fn workload(&self, changes: u64, rate: u64, seed: u64) -> WorkloadProcess {
         let (changes, rate, seed, preloaded) = (changes.to_string(), rate.to_string(), seed.to_string(), self.preloaded.to_string());
         let args = ["--changes", &changes, "--rate", &rate, "--seed", &seed, "--max-transaction-size", "10", "--preloaded", &preloaded];
         WorkloadProcess::spawn(self.sim.address, &self.dir.path().join("workload.log"), &args).unwrap()
     }
 
     /// Starts the source again (after [`Self::stop_source`]).
-    fn start_source(&mut self) {
+    pub(crate) fn start_source(&mut self) {
         let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         self.stages[SOURCE] = spawn_stage(&self.source_files.0, &self.source_files.1, &env);
     }
@@ -545,7 +551,14 @@ impl Pipeline {
     /// 100 ms: a second lets it take the last commits first), keeps its `/metrics`, then stops
     /// it cleanly (SIGTERM, exit 0) so no heartbeat moves the end; returns its last control
     /// record.
-    async fn stop_source(&mut self) -> ControlRecord {
+    pub(crate) async fn stop_source(&mut self) -> ControlRecord {
+        // A snapshot still open (a chunked one runs beside the stream) is read to its end first.
+        let deadline = Instant::now() + CATCH_UP;
+        while controls(&self.broker.bootstrap, &self.topic).last().is_some_and(|c| c.open_snapshot_any().is_some()) {
+            self.assert_alive(SOURCE);
+            assert!(Instant::now() < deadline, "the source's snapshot did not complete within {CATCH_UP:?}:\n{}", self.stages[SOURCE].logs());
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
         wait_caught_up(&self.broker.bootstrap, &self.topic, &self.sim.client_config(), &self.stages[SOURCE], CATCH_UP).await;
         self.scraped.push_str(&self.stages[SOURCE].scrape().unwrap_or_default());
@@ -556,7 +569,7 @@ impl Pipeline {
 
     /// Runs CDC cleanup up to the server's maximum LSN, keeping the purged change rows for the
     /// final check.
-    async fn purge_change_table(&mut self) {
+    pub(crate) async fn purge_change_table(&mut self) {
         let config = self.sim.client_config();
         tokio::time::sleep(Duration::from_millis(500)).await;
         self.purged.extend(truth(&config).await);
@@ -565,7 +578,7 @@ impl Pipeline {
 
     /// Runs `mssql-cdc <args> --worker <source worker> <source connector>` to its end: its exit
     /// code and standard output (panics, with its standard error, if it cannot run).
-    fn source_command(&self, args: &[&str]) -> (Option<i32>, String) {
+    pub(crate) fn source_command(&self, args: &[&str]) -> (Option<i32>, String) {
         let output = std::process::Command::new(support::bin())
             .args(args)
             .arg("--worker")
@@ -582,12 +595,12 @@ impl Pipeline {
     }
 
     /// Every stage's logs, for failure messages.
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         self.stages.iter().map(StageProcess::logs).collect::<Vec<_>>().join("\n")
     }
 
     /// Panics if a stage exited on its own (a stage must keep running).
-    fn assert_alive(&mut self, index: usize) {
+    pub(crate) fn assert_alive(&mut self, index: usize) {
         if let Err(error) = self.stages[index].process().alive() {
             panic!("the {} stage exited on its own: {error}\n{}", self.stages[index].name(), self.stages[index].logs());
         }
@@ -596,7 +609,7 @@ impl Pipeline {
     /// Waits for the workload to finish, for the source to publish everything and stop, and
     /// for bronze and silver to reach the last control record; then runs [`check_equalities`]
     /// on one full read.
-    async fn catch_up_and_check(&mut self, mut workload: WorkloadProcess, workload_timeout: Duration) -> (Observed, Vec<ControlRecord>) {
+    pub(crate) async fn catch_up_and_check(&mut self, mut workload: WorkloadProcess, workload_timeout: Duration) -> (Observed, Vec<ControlRecord>) {
         match workload.finish(workload_timeout) {
             Ok(status) => assert!(status.success(), "the workload failed ({status}):\n{}\n{}", workload.log(), self.logs()),
             Err(error) => panic!("{error}\n{}", self.logs()),
@@ -652,7 +665,7 @@ impl Pipeline {
 }
 
 /// An unsigned number from the environment, else `default`.
-fn env_u64(name: &str, default: u64) -> u64 {
+pub(crate) fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 

@@ -45,6 +45,9 @@ enum BenchWhat {
     /// A table's existing rows through the snapshot (source, then bronze, each its own
     /// process, with peak RSS), next to a bare TDS read of the same table
     Snapshot(super::bench_snapshot::SnapshotBench),
+    /// A table's existing rows through a chunked snapshot with 1, 2 and 4 chunk readers, next
+    /// to the full snapshot, under a workload: rows/s, the stream's lag, peak RSS
+    Backfill(super::bench_backfill::BackfillBench),
     /// `mssql-cdc reconcile` over a table and its silver (tier 1, then every row hashed), next
     /// to a `COUNT_BIG(*)` over TDS and silver's row count
     Reconcile(super::bench_reconcile::ReconcileBench),
@@ -68,6 +71,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some(BenchWhat::Bronze(bench)) => source(bench, true).await,
         Some(BenchWhat::Silver(bench)) => super::bench_silver::run(bench).await,
         Some(BenchWhat::Snapshot(bench)) => super::bench_snapshot::run(bench).await,
+        Some(BenchWhat::Backfill(bench)) => super::bench_backfill::run(bench).await,
         Some(BenchWhat::Reconcile(bench)) => super::bench_reconcile::run(bench).await,
     }
 }

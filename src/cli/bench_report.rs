@@ -372,7 +372,7 @@ impl Files {
 }
 
 /// One stage as an `mssql-cdc run` child process, its log in the working directory.
-fn stage(worker: &Path, connector: &Path, dir: &Path) -> anyhow::Result<StageProcess> {
+pub(super) fn stage(worker: &Path, connector: &Path, dir: &Path) -> anyhow::Result<StageProcess> {
     let name = connector.file_stem().map_or("stage".into(), |s| s.to_string_lossy().into_owned());
     Ok(StageProcess::spawn(&name, worker, connector, &[], Log::File(dir.join(format!("{name}.log"))))?)
 }
@@ -382,7 +382,7 @@ async fn control_row(control_table: &str, silver_url: &str) -> Option<control::C
     control::read_row(&table, silver_url).await.ok()?
 }
 
-fn order_ids(sim: &Simulator) -> Vec<i64> {
+pub(super) fn order_ids(sim: &Simulator) -> Vec<i64> {
     sim.table_rows("dbo", "orders").unwrap_or_default().iter().filter_map(|row| if let Some(Value::Int(id)) = row.first() { Some(*id) } else { None }).collect()
 }
 

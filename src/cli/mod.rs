@@ -3,6 +3,8 @@
 #[cfg(feature = "embedded-broker")]
 mod bench;
 #[cfg(feature = "embedded-broker")]
+mod bench_backfill;
+#[cfg(feature = "embedded-broker")]
 mod bench_reconcile;
 #[cfg(feature = "embedded-broker")]
 mod bench_report;
@@ -73,6 +75,8 @@ enum Command {
     Health(health::HealthArgs),
     /// Snapshot the table of a stopped `mssql-source` stream (bootstrap, or --resnapshot), then print its offset as JSON
     Snapshot(stream::SnapshotArgs),
+    /// Read waves of a stopped stream's chunked snapshot (opening it if the stream has none), then print its backfill status as JSON; exit 3 when it should be called again
+    Backfill(stream::BackfillArgs),
     /// Show an `mssql-source` stream's position, generation and snapshot next to the server's CDC window
     Status(stream::StatusArgs),
     /// The SQL Server simulator: serve it over TDS, or drive a workload
@@ -99,6 +103,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => runtime()?.block_on(run::run(args)),
         Command::Health(args) => runtime()?.block_on(health::run(args)),
         Command::Snapshot(args) => runtime()?.block_on(stream::snapshot(args)),
+        Command::Backfill(args) => runtime()?.block_on(stream::backfill(args)),
         Command::Status(args) => runtime()?.block_on(stream::status(args)),
         Command::Apply(args) => runtime()?.block_on(silver::apply(args)),
         Command::Freshness(args) => runtime()?.block_on(silver::freshness(args)),

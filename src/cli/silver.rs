@@ -84,6 +84,7 @@ pub async fn freshness(args: FreshnessArgs) -> anyhow::Result<ExitCode> {
             println!("since_moved_s    {}", seconds(row.updated_at));
             println!("applied_batch    {}", row.applied_batch);
             println!("end_lsn          {}", row.end_lsn.as_deref().unwrap_or("none"));
+            println!("open_snapshot_lsn {}", row.open_snapshot_lsn.as_deref().unwrap_or("none"));
         }
     }
     Ok(ExitCode::SUCCESS)

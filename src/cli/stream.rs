@@ -1,4 +1,5 @@
-//! `mssql-cdc snapshot` (take a snapshot of a stopped stream, print its offset) and
+//! `mssql-cdc snapshot` (take a snapshot of a stopped stream, print its offset),
+//! `mssql-cdc backfill` (read a chunked snapshot's waves, print its status) and
 //! `mssql-cdc status` (a source stream's offset next to the server's CDC window).
 
 use std::path::{Path, PathBuf};
@@ -16,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 const EXIT_PROBLEMS: u8 = 2;
 /// Exit code when the snapshot (or the status read) fails.
 const EXIT_FAILED: u8 = 1;
+/// Exit code of `backfill` when the snapshot is not complete yet: call it again.
+const EXIT_AGAIN: u8 = 3;
 
 #[derive(Debug, clap::Args)]
 pub struct SnapshotArgs {
@@ -28,6 +31,21 @@ pub struct SnapshotArgs {
     /// stream without any snapshot takes its bootstrap; an open snapshot is finished either way).
     #[arg(long)]
     resnapshot: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BackfillArgs {
+    /// An `mssql-source` connector file with `snapshot = "chunked"`; its stage must be stopped.
+    connector: PathBuf,
+    /// The worker file (Kafka cluster). Default: built-in defaults and `MSSQL_CDC_WORKER__*`.
+    #[arg(long)]
+    worker: Option<PathBuf>,
+    /// Waves this run reads at most (default: the connector's `backfill.max_waves`).
+    #[arg(long)]
+    max_waves: Option<u64>,
+    /// Seconds after which this run starts no wave (default: `backfill.max_seconds`).
+    #[arg(long)]
+    max_seconds: Option<f64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -51,18 +69,7 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
     let request = if args.resnapshot { SnapshotRequest::Resnapshot } else { SnapshotRequest::Bootstrap };
     let context = StageContext::new(&name, worker);
     let streams = MssqlSource::build(settings, &context)?.into_streams();
-    let cancel = CancellationToken::new();
-    let stop = cancel.clone();
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
-        tracing::info!("stopping: the snapshot resumes from its last published read next time");
-        stop.cancel();
-    });
+    let cancel = stop_on_signal("stopping: the snapshot resumes from its last published read next time")?;
     for stream in streams {
         match stream.take_snapshot(request, cancel.clone()).await {
             Ok(Some(offset)) => println!("{}", serde_json::to_string(&offset)?),
@@ -74,6 +81,67 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the stream's read loop (changes and waves) until the chunked snapshot completes, the
+/// run's budget is spent or the retention headroom holds the waves; prints each stream's
+/// backfill status as one JSON line. Exit 0 when every snapshot is done, 3 when one should be
+/// called again.
+pub async fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
+    let Some((worker, name, mut settings)) = load(args.worker.as_deref(), &args.connector)? else {
+        return Ok(ExitCode::from(EXIT_PROBLEMS));
+    };
+    if settings.snapshot.mode != mssql_cdc_core::log::control::SnapshotMode::Chunked {
+        eprintln!("connector `{name}`: backfill reads a chunked snapshot: set snapshot = \"chunked\" (and bootstrap = true for the stream's first)");
+        return Ok(ExitCode::from(EXIT_PROBLEMS));
+    }
+    if args.max_seconds.is_some_and(|s| !s.is_finite() || s <= 0.0 || s > 31_536_000.0) {
+        eprintln!("--max-seconds: expected a positive number of seconds, at most a year");
+        return Ok(ExitCode::from(EXIT_PROBLEMS));
+    }
+    if args.max_waves == Some(0) {
+        eprintln!("--max-waves: expected a positive number of waves");
+        return Ok(ExitCode::from(EXIT_PROBLEMS));
+    }
+    let budget = &mut settings.snapshot.backfill;
+    budget.max_waves = args.max_waves.or(budget.max_waves);
+    budget.max_duration = args.max_seconds.map(std::time::Duration::from_secs_f64).or(budget.max_duration);
+    let context = StageContext::new(&name, worker);
+    let cancel = stop_on_signal("stopping: the backfill resumes from its last published chunk next time")?;
+    let mut again = false;
+    for stream in MssqlSource::build(settings, &context)?.into_streams() {
+        match stream.take_snapshot(SnapshotRequest::Bootstrap, cancel.clone()).await {
+            Ok(Some(offset)) => {
+                let status = offset.backfill.unwrap_or_else(|| mssql_cdc_source::stream::BackfillStatus::of(offset.snapshot.as_ref(), "", ""));
+                // Nothing to read (no chunked snapshot) ends like a done one.
+                again |= !status.done && status.state != "no_snapshot";
+                println!("{}", serde_json::to_string(&status)?);
+            }
+            Ok(None) => return Ok(ExitCode::from(EXIT_FAILED)),
+            Err(error) => {
+                eprintln!("error: {error}");
+                return Ok(ExitCode::from(EXIT_FAILED));
+            }
+        }
+    }
+    Ok(if again { ExitCode::from(EXIT_AGAIN) } else { ExitCode::SUCCESS })
+}
+
+/// A token cancelled by SIGTERM or SIGINT, logging `message`.
+fn stop_on_signal(message: &'static str) -> anyhow::Result<CancellationToken> {
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        tracing::info!("{message}");
+        stop.cancel();
+    });
+    Ok(cancel)
 }
 
 /// Prints every capture instance's stream: position, generation, snapshot, and the server's
@@ -137,6 +205,12 @@ fn table(status: &StreamStatus) -> String {
 
 fn snapshot_line(snapshot: Option<&mssql_cdc_core::log::control::SnapshotState>) -> String {
     let Some(s) = snapshot else { return "none".to_owned() };
-    let state = if s.complete { "complete".to_owned() } else { format!("OPEN, {} of {} rows read", s.rows_done, s.rows_expected.map_or("?".into(), |n| n.to_string())) };
+    let state = match (s.complete, s.mode) {
+        (true, _) => "complete".to_owned(),
+        (false, mssql_cdc_core::log::control::SnapshotMode::Chunked) => {
+            format!("OPEN, chunked: {} of {} chunks read ({} rows)", s.chunks_done, s.plan.map_or("? (not planned yet)".into(), |p| p.chunks.to_string()), s.rows_done)
+        }
+        (false, _) => format!("OPEN, {} of {} rows read", s.rows_done, s.rows_expected.map_or("?".into(), |n| n.to_string())),
+    };
     format!("{} at {} (generation {}), {state}", s.kind, s.lsn, s.generation)
 }

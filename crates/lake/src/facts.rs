@@ -47,21 +47,39 @@ pub struct BatchFact {
     /// The commit time of its last commit.
     pub max_commit_ts: Option<DateTime<Utc>>,
     /// Whether the batch completes a snapshot (its `bootstrap` or `resnapshot` event): silver
-    /// then drops what the snapshot did not hold, and `end_lsn` is the snapshot's LSN.
+    /// then drops what the snapshot did not hold.
     pub completes_snapshot: bool,
+    /// The LSN S of the snapshot it completes (the event's; a full snapshot's batch also ends
+    /// at S, a chunked one's where the stream stands).
+    pub snapshot_lsn: Option<String>,
+    /// The LSN S of a chunked snapshot the batch opens (`snapshot_open` with mode `chunked`):
+    /// the verdict holds until its completion.
+    pub opens_chunked: Option<String>,
 }
 
 /// The facts events that complete a snapshot.
 pub const SNAPSHOT_COMPLETIONS: [&str; 2] = ["bootstrap", "resnapshot"];
 
+/// The facts event that opens a snapshot.
+pub const SNAPSHOT_OPEN: &str = "snapshot_open";
+
 /// SQL over the facts table (registered as `facts`) selecting the batch-type rows with a
-/// batch id in `(after, up_to]`, in batch order; [`read_batch_facts`] reads its result.
+/// batch id in `(after, up_to]`, in batch order, with the snapshot events that concern silver;
+/// [`read_batch_facts`] reads its result.
 pub fn batch_facts_sql(after: i64, up_to: i64) -> String {
     format!(
-        "SELECT target, batch_id, event, rows, end_lsn, max_commit_ts FROM facts WHERE batch_id > {after} AND batch_id <= {up_to} \
-         AND event IN ('batch', 'heartbeat', '{}', '{}') ORDER BY batch_id",
+        "SELECT target, batch_id, event, rows, end_lsn, max_commit_ts, detail FROM facts WHERE batch_id > {after} AND batch_id <= {up_to} \
+         AND event IN ('batch', 'heartbeat', '{}', '{}', '{SNAPSHOT_OPEN}') ORDER BY batch_id",
         SNAPSHOT_COMPLETIONS[0], SNAPSHOT_COMPLETIONS[1]
     )
+}
+
+/// The snapshot LSN and mode an event row's `detail` names (`lsn`, `mode`).
+fn snapshot_detail(detail: Option<&str>) -> (Option<String>, bool) {
+    let value: Option<serde_json::Value> = detail.and_then(|d| serde_json::from_str(d).ok());
+    let lsn = value.as_ref().and_then(|v| v.get("lsn")).and_then(|l| l.as_str()).map(str::to_owned);
+    let chunked = value.as_ref().and_then(|v| v.get("mode")).and_then(|m| m.as_str()) == Some("chunked");
+    (lsn, chunked)
 }
 
 /// The rows of a [`batch_facts_sql`] result: one per batch, in the order read, each marked
@@ -70,6 +88,7 @@ pub fn batch_facts_sql(after: i64, up_to: i64) -> String {
 pub fn read_batch_facts(batches: &[RecordBatch]) -> Result<Vec<BatchFact>, FactsError> {
     let mut facts = Vec::new();
     let mut completions = Vec::new();
+    let mut openings = Vec::new();
     for batch in batches {
         let targets = text(batch, "target")?;
         let ids = int64(batch, "batch_id")?;
@@ -77,9 +96,20 @@ pub fn read_batch_facts(batches: &[RecordBatch]) -> Result<Vec<BatchFact>, Facts
         let rows = int64(batch, "rows")?;
         let lsns = text(batch, "end_lsn")?;
         let times = timestamp(batch, "max_commit_ts")?;
+        let details = match batch.column_by_name("detail") {
+            Some(_) => Some(text(batch, "detail")?),
+            None => None,
+        };
         for i in 0..batch.num_rows() {
+            let detail = details.as_ref().filter(|d| !d.is_null(i)).map(|d| d.value(i));
             if SNAPSHOT_COMPLETIONS.contains(&events.value(i)) {
-                completions.push((targets.value(i).to_owned(), ids.value(i)));
+                completions.push((targets.value(i).to_owned(), ids.value(i), snapshot_detail(detail).0));
+                continue;
+            }
+            if events.value(i) == SNAPSHOT_OPEN {
+                if let (Some(lsn), true) = snapshot_detail(detail) {
+                    openings.push((targets.value(i).to_owned(), ids.value(i), lsn));
+                }
                 continue;
             }
             facts.push(BatchFact {
@@ -89,11 +119,17 @@ pub fn read_batch_facts(batches: &[RecordBatch]) -> Result<Vec<BatchFact>, Facts
                 end_lsn: (!lsns.is_null(i)).then(|| lsns.value(i).to_owned()),
                 max_commit_ts: (!times.is_null(i)).then(|| DateTime::from_timestamp_micros(times.value(i))).flatten(),
                 completes_snapshot: false,
+                snapshot_lsn: None,
+                opens_chunked: None,
             });
         }
     }
     for fact in &mut facts {
-        fact.completes_snapshot = completions.iter().any(|(target, id)| *id == fact.batch_id && *target == fact.target);
+        if let Some((_, _, lsn)) = completions.iter().find(|(target, id, _)| *id == fact.batch_id && *target == fact.target) {
+            fact.completes_snapshot = true;
+            fact.snapshot_lsn = lsn.clone().or_else(|| fact.end_lsn.clone());
+        }
+        fact.opens_chunked = openings.iter().find(|(target, id, _)| *id == fact.batch_id && *target == fact.target).map(|(_, _, lsn)| lsn.clone());
     }
     Ok(facts)
 }
@@ -206,6 +242,7 @@ pub fn facts_rows(target: &str, app_id: &str, control: &ControlRecord, sink: &Si
     for event in &control.events {
         let rows = match event {
             Event::Bootstrap { rows, .. } | Event::Resnapshot { rows, .. } => *rows,
+            Event::SnapshotChunk(chunk) => chunk.rows,
             _ => 0,
         };
         events.push((event.name().to_owned(), rows, serde_json::to_string(event).unwrap_or_default()));
@@ -271,6 +308,30 @@ mod tests {
         assert_eq!(read[0].max_commit_ts.map(|t| t.timestamp()), Some(1));
         assert!(!read[0].completes_snapshot, "another table's completion does not mark this one's batch 7");
         assert!(read[1].completes_snapshot && read[1].batch_id == 8);
+        assert_eq!(read[1].snapshot_lsn.as_deref(), Some("0x0A"), "without a detail, the batch's end is S (a full snapshot)");
+    }
+
+    /// Invariant: a chunked snapshot's completion names S in its event, not the batch's end
+    /// (the stream has gone on past S), and its opening is marked for the verdict's hold.
+    #[test]
+    fn chunked_snapshot_events_name_their_lsn() {
+        let read = read_batch_facts(&[batch(vec![
+            ("target", Arc::new(StringArray::from(vec!["/b", "/b", "/b", "/b"])) as _),
+            ("batch_id", Arc::new(Int64Array::from(vec![0, 0, 9, 9])) as _),
+            ("event", Arc::new(StringArray::from(vec!["batch", "snapshot_open", "batch", "bootstrap"])) as _),
+            ("rows", Arc::new(Int64Array::from(vec![0, 0, 0, 10])) as _),
+            ("end_lsn", Arc::new(StringArray::from(vec![Some("0x05"), Some("0x05"), Some("0x0F"), Some("0x0F")])) as _),
+            ("max_commit_ts", Arc::new(TimestampMicrosecondArray::from(vec![None::<i64>, None, None, None]).with_timezone("UTC")) as _),
+            (
+                "detail",
+                Arc::new(StringArray::from(vec![None, Some(r#"{"event":"snapshot_open","lsn":"0x05","mode":"chunked"}"#), None, Some(r#"{"event":"bootstrap","lsn":"0x05","rows":10}"#)])) as _,
+            ),
+        ])])
+        .unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[0].opens_chunked.as_deref(), Some("0x05"));
+        assert!(read[1].completes_snapshot);
+        assert_eq!(read[1].snapshot_lsn.as_deref(), Some("0x05"), "S, not the batch's end 0x0F");
     }
 
     /// Invariant: a type drift in the facts table is an error naming the column, not a panic.

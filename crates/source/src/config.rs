@@ -12,11 +12,14 @@ use mssql_cdc_core::config::secret::{Secret, REDACTED};
 use mssql_cdc_core::kafka::config::Properties;
 use mssql_cdc_core::log::format::{validate_format, Encoding, RecordFormat, SchemaRegistryConfig};
 use mssql_cdc_core::log::topic::{is_valid_topic, TOPIC_FORM};
+use mssql_cdc_core::log::control::SnapshotMode;
 use mssql_cdc_core::log::ColumnType;
 use mssql_cdc_core::stage::retry::RetryConfig;
 use mssql_cdc_core::stage::{ConnectorKind, Stage, StageContext, StageError};
 use mssql_cdc_types::lsn::Lsn;
 use mssql_cdc_types::timezone::ServerZone;
+
+use crate::backfill::config::{BackfillOptions, BackfillSettings};
 
 /// Options of `mssql-source`. Names follow the reference library's, in snake_case.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -63,6 +66,12 @@ pub struct MssqlSourceOptions {
     /// Snapshot the table before streaming, once per stream: when the stream starts with an
     /// empty control topic. Default `false`.
     pub bootstrap: bool,
+    /// How a snapshot (bootstrap or re-snapshot) reads the table: `full` (default: in key order
+    /// before the stream goes on) or `chunked` (the stream starts at the snapshot's LSN at once
+    /// and the table is read beside it in planned chunks, paced by `[backfill]`).
+    pub snapshot: SnapshotMode,
+    /// How a chunked snapshot is planned, read and paced (`snapshot = "chunked"`).
+    pub backfill: BackfillOptions,
     /// With `on_data_loss = "resnapshot"`: at most one re-snapshot per this many days; a second
     /// loss within it stops the stage instead. Default 7 (keep it above the CDC retention).
     pub resnapshot_interval_days: f64,
@@ -121,6 +130,8 @@ impl Default for MssqlSourceOptions {
             fail_on_data_loss: None,
             on_data_loss: None,
             bootstrap: false,
+            snapshot: SnapshotMode::Full,
+            backfill: BackfillOptions::default(),
             resnapshot_interval_days: 7.0,
             snapshot_isolation: SnapshotIsolation::ReadCommitted,
             lock_timeout_ms: 30_000,
@@ -194,6 +205,10 @@ pub struct SnapshotSettings {
     pub fetch_rows: u64,
     /// At most one re-snapshot per this long.
     pub resnapshot_interval: Duration,
+    /// How snapshots read the table.
+    pub mode: SnapshotMode,
+    /// How a chunked snapshot is planned, read and paced.
+    pub backfill: BackfillSettings,
 }
 
 /// The validated settings of an `mssql-source` connector: what the stage is built from.
@@ -508,7 +523,11 @@ impl MssqlSourceOptions {
                 problems.invalid(&format!("snapshot_keys.{index}"), "not a column name, or listed twice", "captured column names, each once");
             }
         }
-        (problems.len() == before).then(|| SnapshotSettings {
+        let backfill = self.backfill.validate(problems);
+        (problems.len() == before).then_some(())?;
+        Some(SnapshotSettings {
+            mode: self.snapshot,
+            backfill: backfill?,
             bootstrap: self.bootstrap,
             isolation: self.snapshot_isolation,
             lock_timeout: Duration::from_millis(self.lock_timeout_ms),

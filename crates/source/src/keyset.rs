@@ -13,6 +13,7 @@ use tiberius::numeric::Numeric;
 use tiberius::{ColumnData, FromSql, IntoSql};
 
 use super::reader::quote;
+use mssql_cdc_core::log::control::ChunkBounds;
 use mssql_cdc_core::log::schema::ColumnType;
 
 /// A key column: its name and log type.
@@ -82,30 +83,75 @@ pub fn chunk_query(table: &str, select: &[String], keys: &[KeyColumn], unique: b
 /// column bounded first, then the lexicographic comparison. A single NULL key (a unique index
 /// allows one; ties keep non-unique ones together) continues with the non-NULL values.
 fn after_key(keys: &[KeyColumn], values: &[Json]) -> Result<String, KeysetError> {
+    compare_key(keys, values, 1, Bound::After)
+}
+
+/// Which side of a key value a predicate keeps.
+#[derive(Clone, Copy, PartialEq)]
+enum Bound {
+    /// The keys after it.
+    After,
+    /// The keys up to it, itself included (NULL, first in key order, too).
+    Through,
+}
+
+/// The lexicographic comparison of the key with `values` bound from `@P{first}` on.
+fn compare_key(keys: &[KeyColumn], values: &[Json], first: usize, bound: Bound) -> Result<String, KeysetError> {
     let column = |i: usize| quote(&keys[i].name);
     let param = |i: usize| match keys[i].param_cast {
-        Some(ty) => format!("CAST(@P{} AS {ty})", i + 1),
-        None => format!("@P{}", i + 1),
+        Some(ty) => format!("CAST(@P{} AS {ty})", i + first),
+        None => format!("@P{}", i + first),
     };
     if let [value] = values
         && value.is_null()
     {
-        return Ok(format!("{} IS NOT NULL", column(0)));
+        return Ok(match bound {
+            Bound::After => format!("{} IS NOT NULL", column(0)),
+            Bound::Through => format!("{} IS NULL", column(0)),
+        });
     }
     if let Some(index) = values.iter().position(Json::is_null) {
         return Err(KeysetError::NullInCompositeKey { column: keys[index].name.clone() });
     }
+    // NULL sorts first: "after a value" never holds for it (a comparison with NULL is not
+    // true), "up to a value" must say so.
+    let compare = |i: usize, op: &str| match bound {
+        Bound::After => format!("{} {op} {}", column(i), param(i)),
+        Bound::Through => format!("({c} IS NULL OR {c} {op} {p})", c = column(i), p = param(i)),
+    };
+    let (lead, strict, last_op) = match bound {
+        Bound::After => (">=", ">", ">"),
+        Bound::Through => ("<=", "<", "<="),
+    };
     if keys.len() == 1 {
-        return Ok(format!("{} > {}", column(0), param(0)));
+        return Ok(compare(0, last_op));
     }
     let alternatives: Vec<String> = (0..keys.len())
         .map(|last| {
             let mut parts: Vec<String> = (0..last).map(|i| format!("{} = {}", column(i), param(i))).collect();
-            parts.push(format!("{} > {}", column(last), param(last)));
+            let op = if last + 1 == keys.len() { last_op } else { strict };
+            parts.push(compare(last, op));
             format!("({})", parts.join(" AND "))
         })
         .collect();
-    Ok(format!("{} >= {} AND ({})", column(0), param(0), alternatives.join(" OR ")))
+    Ok(format!("{} AND ({})", compare(0, lead), alternatives.join(" OR ")))
+}
+
+/// The filter of one chunk of a chunked snapshot, `WHERE` excluded, with its parameters: the
+/// keys after `bounds.after` and up to `bounds.through` (NULL of a single key column belongs
+/// to the first chunk); `None` for the one chunk of a one-chunk plan.
+pub fn range_filter(keys: &[KeyColumn], bounds: &ChunkBounds) -> Result<(Option<String>, Vec<ColumnData<'static>>), KeysetError> {
+    let mut parts = Vec::new();
+    let mut bound = Vec::new();
+    if let Some(after) = &bounds.after {
+        parts.push(compare_key(keys, after, 1, Bound::After)?);
+        bound.extend(params(keys, after)?);
+    }
+    if let Some(through) = &bounds.through {
+        parts.push(compare_key(keys, through, bound.len() + 1, Bound::Through)?);
+        bound.extend(params(keys, through)?);
+    }
+    Ok(((!parts.is_empty()).then(|| parts.join(" AND ")), bound))
 }
 
 /// The parameters binding `values` (skipping a lone NULL, which the predicate tests itself).
@@ -227,6 +273,36 @@ mod tests {
         );
         assert!(chunk_query("[dbo].[t]", &select, &two, true, 10, Some(&[Json::Null, Json::from("x")])).is_err());
         assert!(params(&one, &[Json::Null]).unwrap().is_empty());
+    }
+
+    /// Invariant: consecutive chunks share a bound, the earlier one keeping the bound's own
+    /// key and the later one the keys after it, so the plan's chunks tile the key space.
+    #[test]
+    fn chunk_filters_meet_at_their_shared_bound() {
+        let one = [key("id", ColumnType::Int64)];
+        let first = ChunkBounds { after: None, through: Some(vec![Json::from(10)]) };
+        let middle = ChunkBounds { after: Some(vec![Json::from(10)]), through: Some(vec![Json::from(20)]) };
+        let (filter, bound) = range_filter(&one, &first).unwrap();
+        assert_eq!(filter.as_deref(), Some("([id] IS NULL OR [id] <= @P1)"));
+        assert_eq!(bound.len(), 1);
+        let (filter, bound) = range_filter(&one, &middle).unwrap();
+        assert_eq!(filter.as_deref(), Some("[id] > @P1 AND ([id] IS NULL OR [id] <= @P2)"));
+        assert_eq!(bound.len(), 2);
+        assert_eq!(range_filter(&one, &ChunkBounds { after: None, through: None }).unwrap().0, None);
+        let nulls = ChunkBounds { after: None, through: Some(vec![Json::Null]) };
+        let (filter, bound) = range_filter(&one, &nulls).unwrap();
+        assert_eq!((filter.as_deref(), bound.len()), (Some("[id] IS NULL"), 0));
+        let after_nulls = ChunkBounds { after: Some(vec![Json::Null]), through: Some(vec![Json::from(3)]) };
+        assert_eq!(range_filter(&one, &after_nulls).unwrap().0.as_deref(), Some("[id] IS NOT NULL AND ([id] IS NULL OR [id] <= @P1)"));
+        let two = [key("a", ColumnType::Int32), key("b", ColumnType::String)];
+        let (filter, bound) = range_filter(&two, &ChunkBounds { after: Some(vec![Json::from(1), Json::from("x")]), through: Some(vec![Json::from(2), Json::from("y")]) }).unwrap();
+        assert_eq!(
+            filter.as_deref(),
+            Some(
+                "[a] >= @P1 AND (([a] > @P1) OR ([a] = @P1 AND [b] > @P2)) AND ([a] IS NULL OR [a] <= @P3) AND (([a] IS NULL OR [a] < @P3) OR ([a] = @P3 AND ([b] IS NULL OR [b] <= @P4)))"
+            )
+        );
+        assert_eq!(bound.len(), 4);
     }
 
     /// Invariant: a bound key value compares in the key column's own type, so the seek keeps

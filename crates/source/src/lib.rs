@@ -16,6 +16,7 @@
 //!
 //! See `docs/connectors/mssql-source.md`.
 
+pub mod backfill;
 pub mod config;
 pub mod connection;
 pub mod error;

@@ -108,8 +108,20 @@ impl Publisher {
 
     /// The last record of the control topic, if any.
     pub async fn last_control(&self, topic: &str) -> Result<Option<ControlRecord>, SourceError> {
+        Ok(self.last_control_at(topic).await?.map(|(_, record)| record))
+    }
+
+    /// The last record of the control topic with its offset, if any.
+    pub async fn last_control_at(&self, topic: &str) -> Result<Option<(i64, ControlRecord)>, SourceError> {
         let topic = topic.to_owned();
-        off_runtime(&self.producer, move |producer| producer.last_control(&topic)).await
+        off_runtime(&self.producer, move |producer| producer.control_at(&topic, None)).await
+    }
+
+    /// The control topic's record at `offset` (a chunked snapshot's plan), if the topic still
+    /// holds it.
+    pub async fn control_at(&self, topic: &str, offset: i64) -> Result<Option<ControlRecord>, SourceError> {
+        let topic = topic.to_owned();
+        Ok(off_runtime(&self.producer, move |producer| producer.control_at(&topic, Some(offset))).await?.map(|(_, record)| record))
     }
 }
 
@@ -182,7 +194,8 @@ impl Producing {
         ranges.first().map(|r| r.last_offset).ok_or_else(|| SourceError::Kafka(format!("control record to `{topic}` not acknowledged")))
     }
 
-    fn last_control(&self, topic: &str) -> Result<Option<ControlRecord>, SourceError> {
+    /// The record at `offset`, or the last one.
+    fn control_at(&self, topic: &str, offset: Option<i64>) -> Result<Option<(i64, ControlRecord)>, SourceError> {
         let mut config = self.client.clone();
         config
             .set("group.id", format!("mssql-cdc-source-resume-{}", uuid::Uuid::new_v4()))
@@ -192,28 +205,29 @@ impl Producing {
         let consumer: BaseConsumer = config.create().map_err(kafka)?;
         let timeout = Duration::from_secs(30);
         let (low, high) = consumer.fetch_watermarks(topic, 0, timeout).map_err(kafka)?;
-        if high <= low {
+        let wanted = offset.unwrap_or(high - 1);
+        if high <= low || wanted < low || wanted >= high {
             return Ok(None);
         }
         let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(topic, 0, Offset::Offset(high - 1)).map_err(kafka)?;
+        assignment.add_partition_offset(topic, 0, Offset::Offset(wanted)).map_err(kafka)?;
         consumer.assign(&assignment).map_err(kafka)?;
         let deadline = std::time::Instant::now() + timeout;
         while std::time::Instant::now() < deadline {
             match consumer.poll(Duration::from_millis(500)) {
-                Some(Ok(message)) if message.offset() == high - 1 => {
+                Some(Ok(message)) if message.offset() == wanted => {
                     let record = ControlRecord::decode(message.payload().unwrap_or_default()).map_err(|e| SourceError::BadControlRecord {
                         topic: topic.to_owned(),
                         offset: message.offset(),
                         message: e.to_string(),
                     })?;
-                    return Ok(Some(record));
+                    return Ok(Some((wanted, record)));
                 }
                 Some(Ok(_)) | None => {}
                 Some(Err(KafkaError::PartitionEOF(_))) => {}
                 Some(Err(error)) => return Err(kafka(error)),
             }
         }
-        Err(SourceError::Kafka(format!("could not read the last record of `{topic}` (offset {}) within 30 s", high - 1)))
+        Err(SourceError::Kafka(format!("could not read the record of `{topic}` at offset {wanted} within 30 s")))
     }
 }

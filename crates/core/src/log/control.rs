@@ -112,14 +112,33 @@ impl ControlRecord {
         self.rows == 0 && self.events.is_empty()
     }
 
-    /// The open snapshot whose rows this batch carries, if any.
+    /// The open snapshot whose rows this batch carries, if any: a full snapshot's batches
+    /// carry only its rows until it completes. A chunked snapshot's batches are either change
+    /// batches or one chunk's ([`ControlRecord::chunk`]).
     pub fn open_snapshot(&self) -> Option<&SnapshotState> {
+        self.snapshot.as_ref().filter(|snapshot| !snapshot.complete && snapshot.mode == SnapshotMode::Full)
+    }
+
+    /// The open snapshot of the stream, whatever its mode.
+    pub fn open_snapshot_any(&self) -> Option<&SnapshotState> {
         self.snapshot.as_ref().filter(|snapshot| !snapshot.complete)
     }
 
-    /// The range every row's `_start_lsn` lies in, `(low, high]`: the batch's LSN range, or for
-    /// a batch of an open snapshot exactly the snapshot's LSN.
+    /// The chunk this batch carries, for a batch of a chunked snapshot's chunk.
+    pub fn chunk(&self) -> Option<&ChunkRead> {
+        self.events.iter().find_map(|event| match event {
+            Event::SnapshotChunk(chunk) => Some(chunk),
+            _ => None,
+        })
+    }
+
+    /// The range every row's `_start_lsn` lies in, `(low, high]`: the batch's LSN range, for a
+    /// batch of an open full snapshot exactly the snapshot's LSN, for a chunk's batch exactly
+    /// its wave's stamp.
     pub fn row_lsn_range(&self) -> (Lsn, Lsn) {
+        if let Some(chunk) = self.chunk() {
+            return (chunk.stamp.decrement(), chunk.stamp);
+        }
         match self.open_snapshot() {
             Some(snapshot) => (snapshot.lsn.decrement(), snapshot.lsn),
             None => (self.from_lsn, self.to_lsn),
@@ -146,6 +165,65 @@ impl std::fmt::Display for SnapshotKind {
             Self::Resnapshot => "resnapshot",
         })
     }
+}
+
+/// How a snapshot reads the table (`snapshot` on the source).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// Read in key order before the stream goes on: the position moves to S at completion.
+    #[default]
+    Full,
+    /// The stream starts at S at once; the table is read beside it in planned chunks, in
+    /// waves, each wave stamped with the server's maximum LSN before it is read.
+    Chunked,
+}
+
+impl std::fmt::Display for SnapshotMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Full => "full",
+            Self::Chunked => "chunked",
+        })
+    }
+}
+
+/// One chunk of a chunked snapshot's plan: the rows whose key comes after `after` and not after
+/// `through`, in the order the keys are read in (NULL first), key values as the data records
+/// carry them, one JSON value per key column. Consecutive chunks share a bound (one's
+/// `through` is the next one's `after`), so the plan tiles the key space and one key value is
+/// never split.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChunkBounds {
+    /// Exclusive lower bound; `None` for the first chunk (from the first key, NULL included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<serde_json::Value>>,
+    /// Inclusive upper bound; `None` for the last chunk (to the last key, rows inserted above
+    /// the planned extent included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through: Option<Vec<serde_json::Value>>,
+}
+
+/// A chunk as read: published as one batch whose rows are stamped with `stamp`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChunkRead {
+    /// S, the snapshot the chunk belongs to.
+    #[serde(with = "lsn_hex")]
+    pub snapshot: Lsn,
+    /// The chunk's place in the plan, from 0.
+    pub chunk: u64,
+    /// The wave it was read in, from 0.
+    pub wave: u64,
+    /// The wave's stamp: the server's maximum LSN read before the wave (at or after S). Every
+    /// row's `_start_lsn` and `_seqval`: a change after it wins over the row, one at or before
+    /// it is already in it.
+    #[serde(with = "lsn_hex")]
+    pub stamp: Lsn,
+    /// Rows read.
+    pub rows: u64,
+    /// Its bounds, as planned.
+    #[serde(flatten)]
+    pub bounds: ChunkBounds,
 }
 
 /// A stream's newest snapshot and how far it got.
@@ -180,6 +258,36 @@ pub struct SnapshotState {
     /// The changes lost, for a re-snapshot after data loss.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost: Option<LostRange>,
+    /// How it reads the table (`full` when absent: records of earlier releases).
+    #[serde(default, skip_serializing_if = "is_full")]
+    pub mode: SnapshotMode,
+    /// A chunked snapshot's plan: where its `snapshot_plan` record is on the control topic
+    /// (its offset) and how many chunks it has. `None` until planned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanRef>,
+    /// A chunked snapshot's chunks published, in plan order (chunk `chunks_done` is next).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub chunks_done: u64,
+    /// A chunked snapshot's waves read.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waves_done: u64,
+}
+
+/// Where a chunked snapshot's plan is recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanRef {
+    /// Offset of the `snapshot_plan` batch's control record on the control topic.
+    pub offset: i64,
+    /// Chunks in the plan.
+    pub chunks: u64,
+}
+
+fn is_full(mode: &SnapshotMode) -> bool {
+    *mode == SnapshotMode::Full
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Changes CDC cleanup purged before they were read, as a re-snapshot records them.
@@ -246,7 +354,28 @@ pub enum Event {
         /// The changes lost, for a re-snapshot after data loss.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lost: Option<LostRange>,
+        /// How it reads the table.
+        #[serde(default, skip_serializing_if = "is_full")]
+        mode: SnapshotMode,
     },
+    /// A chunked snapshot's plan, fixed until it completes: chunks tiling the key space in key
+    /// order, published before any chunk is read.
+    SnapshotPlan {
+        /// S.
+        #[serde(with = "lsn_hex")]
+        lsn: Lsn,
+        /// The columns the chunks are cut on.
+        keys: Vec<String>,
+        /// How the bounds were found: `range` (an integer key's values) or `keyset` (keys read
+        /// in order).
+        method: String,
+        /// Rows per chunk asked for (`backfill.chunk_rows`).
+        chunk_rows: u64,
+        /// The chunks, in key order.
+        chunks: Vec<ChunkBounds>,
+    },
+    /// One chunk of a chunked snapshot, read: the batch's rows are the chunk's.
+    SnapshotChunk(ChunkRead),
     /// The stream's first snapshot is complete: downstream rebuilds from it.
     Bootstrap {
         /// S.
@@ -274,6 +403,8 @@ impl Event {
         match self {
             Self::DataSkipped { .. } => "data_skipped",
             Self::SnapshotOpen { .. } => "snapshot_open",
+            Self::SnapshotPlan { .. } => "snapshot_plan",
+            Self::SnapshotChunk(_) => "snapshot_chunk",
             Self::Bootstrap { .. } => "bootstrap",
             Self::Resnapshot { .. } => "resnapshot",
         }
@@ -379,6 +510,10 @@ mod tests {
                 last_key: Some(vec![serde_json::json!("12.50")]),
                 complete: false,
                 lost: Some(LostRange { from_lsn: Lsn::parse_hex("2A00000000F0").unwrap(), to_lsn: Lsn::parse_hex("2A00000000FF").unwrap(), from_ts: None, to_ts: None }),
+                mode: SnapshotMode::Full,
+                plan: None,
+                chunks_done: 0,
+                waves_done: 0,
             }),
         }
     }
@@ -392,6 +527,34 @@ mod tests {
         assert_eq!(record.row_lsn_range(), (s.decrement(), s));
         record.snapshot.as_mut().unwrap().complete = true;
         assert_eq!(record.row_lsn_range(), (record.from_lsn, record.to_lsn));
+    }
+
+    fn chunk() -> ChunkRead {
+        ChunkRead {
+            snapshot: Lsn::parse_hex("2A0000000100").unwrap(),
+            chunk: 2,
+            wave: 1,
+            stamp: Lsn::parse_hex("2A0000000180").unwrap(),
+            rows: 5,
+            bounds: ChunkBounds { after: Some(vec![serde_json::json!(10)]), through: None },
+        }
+    }
+
+    /// A chunked snapshot's change batches carry changes in their range; a chunk's batch only
+    /// rows stamped with its wave's LSN.
+    #[test]
+    fn a_chunk_narrows_the_row_range_to_its_stamp_and_change_batches_keep_theirs() {
+        let mut record = sample();
+        record.snapshot.as_mut().unwrap().mode = SnapshotMode::Chunked;
+        assert!(record.open_snapshot().is_none() && record.open_snapshot_any().is_some());
+        assert_eq!(record.row_lsn_range(), (record.from_lsn, record.to_lsn));
+        record.events = vec![Event::SnapshotChunk(chunk())];
+        let stamp = Lsn::parse_hex("2A0000000180").unwrap();
+        assert_eq!(record.row_lsn_range(), (stamp.decrement(), stamp));
+        let text = serde_json::to_string(&record).unwrap();
+        assert!(text.contains(r#""event":"snapshot_chunk","snapshot":"0x000000002A0000000100","chunk":2"#), "{text}");
+        assert!(text.contains(r#""after":[10]"#) && !text.contains(r#""through""#), "{text}");
+        assert_eq!(serde_json::from_str::<ControlRecord>(&text).unwrap(), record);
     }
 
     #[test]
@@ -424,7 +587,9 @@ mod tests {
             }
         }
         let events = [
-            Event::SnapshotOpen { lsn: Lsn::ZERO, kind: SnapshotKind::Bootstrap, generation: 0, rows_expected: Some(1), lost: None },
+            Event::SnapshotOpen { lsn: Lsn::ZERO, kind: SnapshotKind::Bootstrap, generation: 0, rows_expected: Some(1), lost: None, mode: SnapshotMode::Chunked },
+            Event::SnapshotPlan { lsn: Lsn::ZERO, keys: vec!["id".into()], method: "range".into(), chunk_rows: 10, chunks: vec![ChunkBounds { after: None, through: Some(vec![serde_json::json!(10)]) }] },
+            Event::SnapshotChunk(chunk()),
             Event::Resnapshot { lsn: Lsn::ZERO, rows: 1, lost: Some(LostRange { from_lsn: Lsn::ZERO, to_lsn: Lsn::ZERO, from_ts: None, to_ts: None }) },
             Event::Bootstrap { lsn: Lsn::ZERO, rows: 1 },
         ];

@@ -161,6 +161,46 @@ impl SourceSnapshotRead<'_> {
     }
 }
 
+/// Where a chunked snapshot's backfill stands: after each wave, and when it starts or stops
+/// waiting.
+pub struct SourceBackfillProgress<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The capture instance.
+    pub capture_instance: &'a str,
+    /// `running`, `waiting_headroom`, `waiting_metrics`, `budget_spent` or `done`.
+    pub state: &'a str,
+    /// Why, in words.
+    pub reason: &'a str,
+    /// Chunks published.
+    pub chunks_done: u64,
+    /// Chunks in the plan.
+    pub chunks_total: u64,
+    /// Rows per second of the last wave.
+    pub rows_per_second: f64,
+    /// The stream's retention headroom, hours, as last measured.
+    pub headroom_hours: Option<f64>,
+}
+
+impl SourceBackfillProgress<'_> {
+    /// Sets the chunk and waiting gauges and logs the state.
+    pub fn emit(self) {
+        use super::metrics::*;
+        let labels = [("connector", self.connector.to_owned()), ("capture_instance", self.capture_instance.to_owned())];
+        metrics::gauge!(SOURCE_SNAPSHOT_CHUNKS_DONE, &labels).set(self.chunks_done as f64);
+        metrics::gauge!(SOURCE_SNAPSHOT_CHUNKS_PLANNED, &labels).set(self.chunks_total as f64);
+        let waiting = self.state.starts_with("waiting");
+        metrics::gauge!(SOURCE_BACKFILL_WAITING, &labels).set(if waiting { 1.0 } else { 0.0 });
+        let (connector, capture_instance, state, reason) = (self.connector, self.capture_instance, self.state, self.reason);
+        let rows_per_second = self.rows_per_second.round() as u64;
+        if waiting {
+            tracing::warn!(connector = %connector, capture_instance = %capture_instance, state = %state, reason = %reason, chunks_done = self.chunks_done, chunks_total = self.chunks_total, headroom_hours = ?self.headroom_hours, "backfill waiting");
+        } else {
+            tracing::info!(connector = %connector, capture_instance = %capture_instance, state = %state, reason = %reason, chunks_done = self.chunks_done, chunks_total = self.chunks_total, rows_per_second, headroom_hours = ?self.headroom_hours, "backfill progress");
+        }
+    }
+}
+
 /// The source hit a transient SQL Server error and retries the batch on a new connection.
 pub struct SourceSqlRetrying<'a> {
     /// The connector.

@@ -44,6 +44,13 @@ pub const SOURCE_SNAPSHOT_ROWS_TOTAL: &str = "mssql_cdc_source_snapshot_rows_tot
 pub const SOURCE_SNAPSHOT_ROWS_DONE: &str = "mssql_cdc_source_snapshot_rows_done";
 /// Rows the open snapshot expects: the table's estimate when it opened (gauge).
 pub const SOURCE_SNAPSHOT_ROWS_EXPECTED: &str = "mssql_cdc_source_snapshot_rows_expected";
+/// Chunks of the open chunked snapshot published so far (gauge).
+pub const SOURCE_SNAPSHOT_CHUNKS_DONE: &str = "mssql_cdc_source_snapshot_chunks_done";
+/// Chunks in the open chunked snapshot's plan (gauge).
+pub const SOURCE_SNAPSHOT_CHUNKS_PLANNED: &str = "mssql_cdc_source_snapshot_chunks_planned";
+/// 1 while a chunked snapshot's waves wait (for retention headroom or the stream's first
+/// measurement of it), else 0 (gauge).
+pub const SOURCE_BACKFILL_WAITING: &str = "mssql_cdc_source_backfill_waiting";
 
 /// Batches the bronze sink completed (data and facts written), per app_id (counter).
 pub const BRONZE_BATCHES_TOTAL: &str = "mssql_cdc_bronze_batches_total";
@@ -103,6 +110,9 @@ fn describe_all() {
     describe_counter!(SOURCE_SNAPSHOT_ROWS_TOTAL, Unit::Count, "Snapshot rows published, per capture instance.");
     describe_gauge!(SOURCE_SNAPSHOT_ROWS_DONE, Unit::Count, "Rows the newest snapshot has published so far.");
     describe_gauge!(SOURCE_SNAPSHOT_ROWS_EXPECTED, Unit::Count, "The table's rows when the newest snapshot opened (estimate).");
+    describe_gauge!(SOURCE_SNAPSHOT_CHUNKS_DONE, Unit::Count, "Chunks the open chunked snapshot has published.");
+    describe_gauge!(SOURCE_SNAPSHOT_CHUNKS_PLANNED, Unit::Count, "Chunks in the open chunked snapshot's plan.");
+    describe_gauge!(SOURCE_BACKFILL_WAITING, "1 while a chunked snapshot waits for retention headroom, else 0.");
     describe_gauge!(RECONCILE_DURATION_SECONDS, Unit::Seconds, "Wall time of the last reconcile run.");
     describe_counter!(RECONCILE_BUCKETS_TOTAL, Unit::Count, "Buckets reconcile judged, by verdict.");
     describe_counter!(RECONCILE_FINDINGS_TOTAL, Unit::Count, "Keys reconcile found differing, in-flight ones included.");

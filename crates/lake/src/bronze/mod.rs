@@ -14,6 +14,7 @@
 pub mod config;
 pub mod error;
 pub mod feed;
+pub mod plans;
 pub mod records;
 
 use std::collections::{BTreeSet, HashMap};
@@ -196,6 +197,9 @@ impl Writer {
             sink.rows = control.rows;
             sink.warnings.push("facts written after a restart: the data commit was already in bronze, so the sink's read metrics are not known".into());
         }
+        if facts_pending {
+            self.record_plan(control).await?;
+        }
         let facts = if facts_pending { self.facts.take() } else { None };
         if let Some(table) = facts {
             let rows = facts_rows(&self.settings.target, &self.settings.app_id, control, &sink, Utc::now());
@@ -206,6 +210,24 @@ impl Writer {
         }
         sink.rows = appended;
         Ok(Some(sink))
+    }
+
+    /// A chunked snapshot's plan, into the plans table next to bronze (created on the first
+    /// plan), once per batch; before the batch's facts rows, which mark it written.
+    async fn record_plan(&self, control: &ControlRecord) -> Result<(), BronzeError> {
+        let Some(rows) = plans::plan_rows(&self.settings.target, &self.settings.app_id, control, Utc::now()) else { return Ok(()) };
+        let location = plans::plans_location(&self.settings.target);
+        let table = match delta::open(&location, &self.storage).await? {
+            Some(table) => table,
+            None => delta::create(&location, &self.storage, &plans::plans_schema(), &plans::plans_comments(), "mssql-cdc chunked snapshot plans: one row per chunk").await?,
+        };
+        let app = plans::plans_app_id(&self.settings.app_id);
+        let id = control.batch_id as i64;
+        if delta::txn_version(&table, &app).await?.is_some_and(|v| v >= id) {
+            return Ok(());
+        }
+        delta::append(table, vec![rows], &app, id, [("mssql_cdc.batch_id".to_owned(), serde_json::json!(id))]).await?;
+        Ok(())
     }
 
     /// With Avro, the writer schema of every schema id among `records` that the registry

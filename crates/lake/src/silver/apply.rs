@@ -159,16 +159,36 @@ impl Applier {
         }
         // A completed snapshot: silver is its rows plus the changes after it. Idempotent, so
         // it runs again after a crash between the MERGE and the control row.
-        if let Some(lsn) = run.iter().filter(|b| b.completes_snapshot).filter_map(|b| b.end_lsn.clone()).max() {
+        if let Some(lsn) = run.iter().filter(|b| b.completes_snapshot).filter_map(|b| b.snapshot_lsn.clone()).max() {
             self.rebuild(&lsn, last, &mut report).await?;
+        }
+        // While a chunked snapshot is open, silver holds rows the table may no longer have
+        // (keys the completion removes): the verdict holds where it was at the opening.
+        let mut open = self.row.open_snapshot_lsn.clone();
+        for fact in &run {
+            if fact.completes_snapshot {
+                open = None;
+            }
+            if let Some(lsn) = &fact.opens_chunked {
+                open = Some(lsn.clone());
+            }
         }
         let end = run.iter().rev().find_map(|b| b.max_commit_ts);
         let end_lsn = run.last().and_then(|b| b.end_lsn.clone());
-        let mut next = self.row.advance(self.granularity, end_lsn.as_deref(), end, last, Utc::now());
+        let now = Utc::now();
+        let mut next = self.row.advance(self.granularity, end_lsn.as_deref(), end, last, now);
+        if open.is_some() {
+            next.finalized_until = self.row.finalized_until;
+            next.updated_at = self.row.updated_at;
+        } else if self.row.open_snapshot_lsn.is_some() || run.iter().any(|b| b.opens_chunked.is_some()) {
+            // Completed in this run: the verdict catches up with what was applied meanwhile.
+            next = next.advance(self.granularity, None, next.end_commit_ts, last, now);
+        }
         if report.fold.changes > 0 {
             next.applied_lsn = end_lsn.clone().or(next.applied_lsn);
         }
         next.silver_version = self.silver.as_ref().and_then(|t| t.version()).map(|v| v as i64);
+        next.open_snapshot_lsn = open;
         let control = self.control.clone();
         self.control = control::write_row(control, &next, &format!("{}{CONTROL_SUFFIX}", self.app_id), last).await?;
         self.row = next;

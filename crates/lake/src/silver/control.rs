@@ -34,8 +34,12 @@ pub fn control_schema() -> SchemaRef {
         Field::new("applied_batch", DataType::Int64, false),
         Field::new("silver_version", DataType::Int64, true),
         Field::new("written_at", ts(), false),
+        Field::new(OPEN_SNAPSHOT_LSN, DataType::Utf8, true),
     ]))
 }
+
+/// The column added after the first release: tables created before it gain it on open.
+const OPEN_SNAPSHOT_LSN: &str = "open_snapshot_lsn";
 
 /// Column comments of the control table.
 pub fn control_comments() -> HashMap<&'static str, &'static str> {
@@ -49,6 +53,7 @@ pub fn control_comments() -> HashMap<&'static str, &'static str> {
         ("applied_batch", "Last bronze batch id applied (heartbeats included)"),
         ("silver_version", "Silver table version after the last apply"),
         ("written_at", "When this row was last written"),
+        (OPEN_SNAPSHOT_LSN, "LSN S of a chunked snapshot still open: finalized_until holds until it completes"),
     ])
 }
 
@@ -73,6 +78,8 @@ pub struct ControlRow {
     pub silver_version: Option<i64>,
     /// When the row was written.
     pub written_at: DateTime<Utc>,
+    /// S of a chunked snapshot still open (the verdict holds meanwhile).
+    pub open_snapshot_lsn: Option<String>,
 }
 
 impl Granularity {
@@ -127,6 +134,7 @@ impl ControlRow {
                 Arc::new(Int64Array::from(vec![self.applied_batch])),
                 Arc::new(Int64Array::from(vec![self.silver_version])),
                 ts(Some(self.written_at)),
+                Arc::new(StringArray::from(vec![self.open_snapshot_lsn.clone()])),
             ],
         )
         .expect("control row matches its schema")
@@ -136,9 +144,19 @@ impl ControlRow {
 /// Opens the control table, creating it when missing.
 pub async fn open_or_create(location: &str, storage: &Storage) -> Result<DeltaTable, DeltaError> {
     match table::open(location, storage).await? {
-        Some(table) => Ok(table),
+        Some(table) if has_column(&table, OPEN_SNAPSHOT_LSN) => Ok(table),
+        Some(table) => {
+            // A table of an earlier release: add the column (NULL in its rows).
+            let field = deltalake::kernel::StructField::nullable(OPEN_SNAPSHOT_LSN, deltalake::kernel::DataType::STRING);
+            let url = table.table_url().to_string();
+            table.add_columns().with_fields([field]).await.map_err(|e| DeltaError::new(&url, e))
+        }
         None => table::create(location, storage, &control_schema(), &control_comments(), "mssql-cdc finalization: one row per silver table").await,
     }
+}
+
+fn has_column(table: &DeltaTable, name: &str) -> bool {
+    table.snapshot().is_ok_and(|s| s.schema().fields().any(|f| f.name() == name))
 }
 
 /// The row of `table_name`, if any.
@@ -169,6 +187,7 @@ pub async fn read_row(control: &DeltaTable, table_name: &str) -> Result<Option<C
         applied_batch: int("applied_batch").unwrap_or(-1),
         silver_version: int("silver_version"),
         written_at: ts("written_at").unwrap_or_default(),
+        open_snapshot_lsn: text(OPEN_SNAPSHOT_LSN),
     }))
 }
 

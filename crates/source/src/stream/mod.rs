@@ -3,10 +3,11 @@
 //! transient SQL Server faults on a new connection, for up to `retry_timeout_ms`.
 
 mod batch;
+mod chunked;
 mod offset;
 mod snapshot;
 
-pub use offset::{PublishedState, SnapshotRequest, StreamOffset, StreamStatus};
+pub use offset::{BackfillStatus, PublishedState, SnapshotRequest, StreamOffset, StreamStatus};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +30,9 @@ use mssql_cdc_core::stage::Progress;
 use mssql_cdc_core::telemetry::events::{register_source, SourceSqlRetrying};
 use mssql_cdc_types::lsn::Lsn;
 use mssql_cdc_types::timezone::ServerZone;
+
+/// How often the stream reads the cleanup job's retention again.
+const RETENTION_REFRESH: Duration = Duration::from_secs(10);
 
 /// What a step did.
 enum Step {
@@ -55,6 +59,8 @@ struct Setup {
     control_topic: String,
     zone: Option<ServerZone>,
     retention_minutes: Option<i64>,
+    /// When `retention_minutes` was read (it is read again every [`RETENTION_REFRESH`]).
+    retention_read_at: Instant,
     key_schema_id: Option<u32>,
     value_schema_id: Option<u32>,
 }
@@ -82,6 +88,8 @@ struct Position {
     snapshot_txn: bool,
     /// Rows/s of the snapshot this process reads.
     pace: Option<snapshot::Pace>,
+    /// This process's side of a chunked snapshot.
+    backfill: chunked::Backfill,
 }
 
 /// One capture instance's stream.
@@ -176,7 +184,13 @@ impl Stream {
             Some(ready) => ready,
             None => self.setup(conn).await?,
         };
-        let setup = &*setup.insert(ready);
+        let ready = setup.insert(ready);
+        if ready.retention_minutes.is_some() && ready.retention_read_at.elapsed() >= RETENTION_REFRESH {
+            // A DBA may change the cleanup job's retention while the stream runs.
+            ready.retention_read_at = Instant::now();
+            ready.retention_minutes = reader::retention_minutes(conn, &self.connector).await?;
+        }
+        let setup = &*ready;
         let state = reader::server_state(conn, &self.connector, &setup.instance.name).await?;
         let start = match position.take() {
             Some(start) => start,
@@ -200,13 +214,25 @@ impl Stream {
             }
             return Ok(step);
         }
-        if position.snapshot.as_ref().is_some_and(|s| !s.complete) {
+        if Self::chunked_open(position) {
+            if let Some(step) = self.chunked_prepare(conn, setup, position, &state).await? {
+                return Ok(step);
+            }
+        } else if position.snapshot.as_ref().is_some_and(|s| !s.complete) {
             return self.snapshot_step(conn, setup, position, &state).await;
-        }
-        if self.request.is_some() {
+        } else if self.request.is_some() {
             return Ok(Step::Done);
         }
-        self.batch(conn, setup, position, state).await
+        // A chunked snapshot's waves run when the stream has caught up with the server.
+        let max_lsn = state.max_lsn;
+        let step = self.batch(conn, setup, position, state).await?;
+        let caught_up = position.lsn >= max_lsn || matches!(step, Step::Idle);
+        match self.chunked_wave(conn, setup, position, caught_up).await? {
+            chunked::Wave::Read => Ok(Step::Published),
+            // `mssql-cdc backfill` stops where the stage would wait.
+            chunked::Wave::Held if self.request.is_some() => Ok(Step::Done),
+            chunked::Wave::Held | chunked::Wave::NotDue => Ok(step),
+        }
     }
 
     async fn setup(&self, conn: &mut TdsClient) -> Result<Setup, SourceError> {
@@ -246,13 +272,21 @@ impl Stream {
         let table = format!("{}.{}", reader::quote(&instance.source_schema), reader::quote(&instance.source_table));
         register_source(&self.connector_name, &instance.name);
         tracing::info!(connector = %self.connector_name, capture_instance = %instance.name, topic = %data_topic, columns = schema.columns.len(), "source stream ready");
-        Ok(Setup { instance, schema, select, sql_types, table, change_sql, data_topic, control_topic, zone, retention_minutes, key_schema_id, value_schema_id })
+        Ok(Setup { instance, schema, select, sql_types, table, change_sql, data_topic, control_topic, zone, retention_minutes, retention_read_at: Instant::now(), key_schema_id, value_schema_id })
     }
 
     async fn start_position(&self, setup: &Setup, state: &ServerState) -> Result<Position, SourceError> {
-        let last = self.publisher.last_control(&setup.control_topic).await?;
+        let last = self.publisher.last_control_at(&setup.control_topic).await?;
         let position = match last {
-            Some(record) => {
+            Some((offset, mut record)) => {
+                // The plan's own batch: the records after it name its offset.
+                let planned = record.events.iter().find_map(|e| match e {
+                    mssql_cdc_core::log::control::Event::SnapshotPlan { chunks, .. } => Some(chunks.len() as u64),
+                    _ => None,
+                });
+                if let (Some(chunks), Some(snapshot)) = (planned, record.snapshot.as_mut()) {
+                    snapshot.plan.get_or_insert(mssql_cdc_core::log::control::PlanRef { offset, chunks });
+                }
                 // A position past the server's max LSN is refused by the batch that follows,
                 // with the same state.
                 tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, position = %record.to_lsn, batch_id = record.batch_id + 1, "resuming from the control topic");
@@ -269,6 +303,7 @@ impl Stream {
                     open_next: None,
                     snapshot_txn: false,
                     pace: None,
+                    backfill: chunked::Backfill::default(),
                 }
             }
             None => {
@@ -289,6 +324,7 @@ impl Stream {
                     open_next: bootstrap.then_some(snapshot::Opening { kind: SnapshotKind::Bootstrap, lost: None }),
                     snapshot_txn: false,
                     pace: None,
+                    backfill: chunked::Backfill::default(),
                 }
             }
         };

@@ -48,6 +48,46 @@ pub struct StreamOffset {
     pub generation: u64,
     /// The newest snapshot, open or complete.
     pub snapshot: Option<SnapshotState>,
+    /// A chunked snapshot's backfill, after `mssql-cdc backfill`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backfill: Option<BackfillStatus>,
+}
+
+/// Where a chunked snapshot's backfill stands (`mssql-cdc backfill` prints it).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct BackfillStatus {
+    /// S, the snapshot's LSN; `None` when the stream has no chunked snapshot.
+    pub snapshot: Option<String>,
+    /// Chunks published.
+    pub chunks_done: u64,
+    /// Chunks in the plan (`None` before it is planned).
+    pub chunks_total: Option<u64>,
+    /// Whether every chunk and the completion are published.
+    pub done: bool,
+    /// `done`, `running` (a budget ended the run: call again), `waiting_headroom`,
+    /// `waiting_metrics`, or `no_snapshot`.
+    pub state: String,
+    /// Why, in words.
+    pub reason: String,
+}
+
+impl BackfillStatus {
+    /// The status of `snapshot` (the stream's newest) after a run that stopped in `state`.
+    pub fn of(snapshot: Option<&SnapshotState>, state: &str, reason: &str) -> Self {
+        let chunked = snapshot.filter(|s| s.mode == mssql_cdc_core::log::control::SnapshotMode::Chunked);
+        match chunked {
+            None => Self { snapshot: None, chunks_done: 0, chunks_total: None, done: false, state: "no_snapshot".into(), reason: "the stream has no chunked snapshot (snapshot = \"chunked\" with bootstrap, or a re-snapshot)".into() },
+            Some(s) if s.complete => Self { snapshot: Some(s.lsn.to_string()), chunks_done: s.chunks_done, chunks_total: s.plan.map(|p| p.chunks), done: true, state: "done".into(), reason: "every chunk and the completion are published".into() },
+            Some(s) => Self {
+                snapshot: Some(s.lsn.to_string()),
+                chunks_done: s.chunks_done,
+                chunks_total: s.plan.map(|p| p.chunks),
+                done: false,
+                state: if state == "budget_spent" || state.is_empty() { "running".into() } else { state.to_owned() },
+                reason: reason.to_owned(),
+            },
+        }
+    }
 }
 
 /// `mssql-cdc status` for one capture instance: the stream's offset from the control topic
@@ -170,6 +210,7 @@ impl Stream {
             position: position.lsn.to_string(),
             generation: position.generation,
             snapshot: position.snapshot.clone(),
+            backfill: self.request.map(|_| BackfillStatus::of(position.snapshot.as_ref(), position.backfill.state(), position.backfill.reason())),
         }
     }
 }

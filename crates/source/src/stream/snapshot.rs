@@ -29,7 +29,7 @@ use crate::error::SourceError;
 use crate::keyset::{self, KeyColumn};
 use crate::reader::{self, ServerState};
 use crate::rows::{BatchBuilder, ChangeCoordinates};
-use mssql_cdc_core::log::control::{ControlRecord, Event, LostRange, SnapshotKind, SnapshotState};
+use mssql_cdc_core::log::control::{ControlRecord, Event, LostRange, SnapshotKind, SnapshotMode, SnapshotState};
 use mssql_cdc_core::telemetry::events::SourceSnapshotRead;
 use mssql_cdc_types::lsn::Lsn;
 
@@ -116,6 +116,7 @@ impl Stream {
             SnapshotKind::Bootstrap => position.generation,
             SnapshotKind::Resnapshot => position.generation + 1,
         };
+        let mode = self.opening_mode();
         if position.next_batch_id == 0 {
             // A new stream starts at S.
             position.lsn = lsn;
@@ -132,18 +133,30 @@ impl Stream {
             last_key: None,
             complete: false,
             lost: opening.lost.clone(),
+            mode,
+            plan: None,
+            chunks_done: 0,
+            waves_done: 0,
         };
         position.generation = generation;
         position.snapshot = Some(snapshot.clone());
-        let event = Event::SnapshotOpen { lsn, kind: opening.kind, generation, rows_expected, lost: opening.lost.clone() };
-        let record = ControlRecord { events: vec![event], ..self.record_base(setup, position, state, started.elapsed(), 0) };
+        let event = Event::SnapshotOpen { lsn, kind: opening.kind, generation, rows_expected, lost: opening.lost.clone(), mode };
+        let base = self.record_base(setup, position, state, started.elapsed(), 0);
+        // A chunked snapshot's stream goes on from S at once: the opening batch moves there.
+        let record = match mode {
+            SnapshotMode::Chunked => {
+                let last_commit_ts = commit_ts.or(base.last_commit_ts);
+                ControlRecord { events: vec![event], to_lsn: lsn.max(base.from_lsn), max_commit_ts: commit_ts, last_commit_ts, ..base }
+            }
+            SnapshotMode::Full => ControlRecord { events: vec![event], ..base },
+        };
         self.publisher.send_control(&setup.control_topic, &record).await?;
         self.published(&record, started.elapsed());
         position.advance(&record);
         position.pace = Some(Pace { started: Instant::now(), rows_at_start: 0, logged: Instant::now() });
         tracing::info!(
             connector = %self.connector_name, capture_instance = %setup.instance.name, kind = %opening.kind, lsn = %lsn, generation, rows_expected = ?rows_expected,
-            isolation = ?self.options.snapshot.isolation, keys = ?snapshot.keys, "snapshot opened"
+            isolation = ?self.options.snapshot.isolation, keys = ?snapshot.keys, mode = %mode, "snapshot opened"
         );
         Ok(Step::Published)
     }
@@ -247,7 +260,7 @@ impl Stream {
 
     /// The columns a snapshot reads in order of: the key, else `snapshot_keys` (which must be
     /// captured, published without a cast).
-    fn snapshot_keys(&self, setup: &Setup) -> Result<Vec<KeyColumn>, SourceError> {
+    pub(super) fn snapshot_keys(&self, setup: &Setup) -> Result<Vec<KeyColumn>, SourceError> {
         let names: &[String] = if setup.schema.key.is_empty() { &self.options.snapshot.keys } else { &setup.schema.key };
         if names.is_empty() {
             return Err(self.snapshot_error(setup, "the table has no unique index: set snapshot_keys to the columns to read it in order of".into()));
