@@ -222,6 +222,9 @@ async fn waves_wait_while_the_retention_headroom_is_short_and_resume_when_it_gro
 async fn the_backfill_command_reads_waves_until_done_and_survives_sigkills() {
     let extra = "snapshot = \"chunked\"\nbackfill = { chunk_rows = 250, num_partitions = 2, target_wave_seconds = 0.0 }";
     let mut pipeline = Pipeline::start(Setup { preloaded: 8_000, source_extra: extra, ..Setup::default() });
+    // Changes before the stop, so the stream has a position (the workload below inserts
+    // keys after the preloaded ones, so it runs once).
+    support::source::exec(&pipeline.sim.client_config(), "UPDATE dbo.orders SET status = N'early' WHERE order_id BETWEEN 1 AND 50").await;
     let before = pipeline.stop_source().await;
     let workload = pipeline.workload(1000, 100, 47);
     let mut rng = rand::rng();

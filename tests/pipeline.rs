@@ -340,7 +340,10 @@ pub(crate) fn assert_quiet(stage: &StageProcess) {
             *warnings.entry(message).or_default() += 1;
         }
     }
-    let repeated: Vec<_> = warnings.iter().filter(|(_, n)| **n > 2).collect();
+    // tiberius warns once per connection made with the suites' `encrypt = "not_supported"`:
+    // a chunked snapshot's readers are connections of their own, not a warning per batch.
+    let per_connection = "tiberius::client::connection: TLS encryption is not enabled.";
+    let repeated: Vec<_> = warnings.iter().filter(|(message, n)| **n > 2 && !message.starts_with(per_connection)).collect();
     assert!(repeated.is_empty(), "the {} stage repeated warnings in a healthy run: {repeated:?}\n{}", stage.name(), tail(&log, LOG_TAIL));
 }
 

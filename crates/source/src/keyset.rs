@@ -83,7 +83,7 @@ pub fn chunk_query(table: &str, select: &[String], keys: &[KeyColumn], unique: b
 /// column bounded first, then the lexicographic comparison. A single NULL key (a unique index
 /// allows one; ties keep non-unique ones together) continues with the non-NULL values.
 fn after_key(keys: &[KeyColumn], values: &[Json]) -> Result<String, KeysetError> {
-    compare_key(keys, values, 1, Bound::After)
+    compare_key(keys, values, 1, Bound::After, false)
 }
 
 /// Which side of a key value a predicate keeps.
@@ -95,8 +95,10 @@ enum Bound {
     Through,
 }
 
-/// The lexicographic comparison of the key with `values` bound from `@P{first}` on.
-fn compare_key(keys: &[KeyColumn], values: &[Json], first: usize, bound: Bound) -> Result<String, KeysetError> {
+/// The lexicographic comparison of the key with `values` bound from `@P{first}` on;
+/// `lead_null`: whether a NULL leading column can be in range (else its test is left out, so
+/// the predicate stays a seek).
+fn compare_key(keys: &[KeyColumn], values: &[Json], first: usize, bound: Bound, lead_null: bool) -> Result<String, KeysetError> {
     let column = |i: usize| quote(&keys[i].name);
     let param = |i: usize| match keys[i].param_cast {
         Some(ty) => format!("CAST(@P{} AS {ty})", i + first),
@@ -116,8 +118,8 @@ fn compare_key(keys: &[KeyColumn], values: &[Json], first: usize, bound: Bound) 
     // NULL sorts first: "after a value" never holds for it (a comparison with NULL is not
     // true), "up to a value" must say so.
     let compare = |i: usize, op: &str| match bound {
-        Bound::After => format!("{} {op} {}", column(i), param(i)),
-        Bound::Through => format!("({c} IS NULL OR {c} {op} {p})", c = column(i), p = param(i)),
+        Bound::Through if i > 0 || lead_null => format!("({c} IS NULL OR {c} {op} {p})", c = column(i), p = param(i)),
+        _ => format!("{} {op} {}", column(i), param(i)),
     };
     let (lead, strict, last_op) = match bound {
         Bound::After => (">=", ">", ">"),
@@ -144,11 +146,12 @@ pub fn range_filter(keys: &[KeyColumn], bounds: &ChunkBounds) -> Result<(Option<
     let mut parts = Vec::new();
     let mut bound = Vec::new();
     if let Some(after) = &bounds.after {
-        parts.push(compare_key(keys, after, 1, Bound::After)?);
+        parts.push(compare_key(keys, after, 1, Bound::After, false)?);
         bound.extend(params(keys, after)?);
     }
     if let Some(through) = &bounds.through {
-        parts.push(compare_key(keys, through, bound.len() + 1, Bound::Through)?);
+        // After a bound, a NULL leading column is out of range already.
+        parts.push(compare_key(keys, through, bound.len() + 1, Bound::Through, bounds.after.is_none())?);
         bound.extend(params(keys, through)?);
     }
     Ok(((!parts.is_empty()).then(|| parts.join(" AND ")), bound))
@@ -286,20 +289,20 @@ mod tests {
         assert_eq!(filter.as_deref(), Some("([id] IS NULL OR [id] <= @P1)"));
         assert_eq!(bound.len(), 1);
         let (filter, bound) = range_filter(&one, &middle).unwrap();
-        assert_eq!(filter.as_deref(), Some("[id] > @P1 AND ([id] IS NULL OR [id] <= @P2)"));
+        assert_eq!(filter.as_deref(), Some("[id] > @P1 AND [id] <= @P2"), "a seek, without the NULL test the lower bound makes needless");
         assert_eq!(bound.len(), 2);
         assert_eq!(range_filter(&one, &ChunkBounds { after: None, through: None }).unwrap().0, None);
         let nulls = ChunkBounds { after: None, through: Some(vec![Json::Null]) };
         let (filter, bound) = range_filter(&one, &nulls).unwrap();
         assert_eq!((filter.as_deref(), bound.len()), (Some("[id] IS NULL"), 0));
         let after_nulls = ChunkBounds { after: Some(vec![Json::Null]), through: Some(vec![Json::from(3)]) };
-        assert_eq!(range_filter(&one, &after_nulls).unwrap().0.as_deref(), Some("[id] IS NOT NULL AND ([id] IS NULL OR [id] <= @P1)"));
+        assert_eq!(range_filter(&one, &after_nulls).unwrap().0.as_deref(), Some("[id] IS NOT NULL AND [id] <= @P1"));
         let two = [key("a", ColumnType::Int32), key("b", ColumnType::String)];
         let (filter, bound) = range_filter(&two, &ChunkBounds { after: Some(vec![Json::from(1), Json::from("x")]), through: Some(vec![Json::from(2), Json::from("y")]) }).unwrap();
         assert_eq!(
             filter.as_deref(),
             Some(
-                "[a] >= @P1 AND (([a] > @P1) OR ([a] = @P1 AND [b] > @P2)) AND ([a] IS NULL OR [a] <= @P3) AND (([a] IS NULL OR [a] < @P3) OR ([a] = @P3 AND ([b] IS NULL OR [b] <= @P4)))"
+                "[a] >= @P1 AND (([a] > @P1) OR ([a] = @P1 AND [b] > @P2)) AND [a] <= @P3 AND (([a] < @P3) OR ([a] = @P3 AND ([b] IS NULL OR [b] <= @P4)))"
             )
         );
         assert_eq!(bound.len(), 4);

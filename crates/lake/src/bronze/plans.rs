@@ -87,6 +87,7 @@ pub fn plan_rows(target: &str, app_id: &str, control: &ControlRecord, written_at
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::Array;
     use mssql_cdc_core::log::control::ChunkBounds;
     use mssql_cdc_types::lsn::Lsn;
 

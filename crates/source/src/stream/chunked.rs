@@ -237,9 +237,19 @@ impl Stream {
         let mut rows = 0u64;
         for round_start in (first..last).step_by(per_round as usize) {
             let round_end = (round_start + per_round).min(last);
-            let reads = (round_start..round_end).map(|index| self.read_chunk(setup, &snapshot, &plan[index as usize], stamp, stamp_ts));
+            // One connection per chunk read at a time, kept from wave to wave.
+            let mut connections = std::mem::take(&mut position.readers);
+            while connections.len() < (round_end - round_start) as usize {
+                connections.push(self.connector.connect().await?);
+            }
+            let reads = (round_start..round_end).zip(connections).map(|(index, conn)| self.read_chunk(conn, setup, &snapshot, &plan[index as usize], stamp, stamp_ts));
             let results = futures::future::try_join_all(reads).await?;
-            for (offset, (batches, count)) in results.into_iter().enumerate() {
+            let mut read = Vec::with_capacity(results.len());
+            for (conn, batches, count) in results {
+                position.readers.push(conn);
+                read.push((batches, count));
+            }
+            for (offset, (batches, count)) in read.into_iter().enumerate() {
                 let index = round_start + offset as u64;
                 let chunk = ChunkRead { snapshot: snapshot.lsn, chunk: index, wave, stamp, rows: count, bounds: plan[index as usize].clone() };
                 self.publish_chunk(setup, position, &state, &mut snapshot, chunk, batches).await?;
@@ -282,26 +292,26 @@ impl Stream {
         };
         // The stream publishes nothing while a wave is read: its headroom shrinks by the wave.
         let round_hours = position.backfill.round_time.map_or(0.0, |t| t.as_secs_f64() / 3600.0);
-        while *rounds > 1 && headroom - round_hours * *rounds as f64 < min {
+        let left = |rounds: u64| headroom - round_hours * (rounds as f64);
+        while *rounds > 1 && left(*rounds) < min {
             *rounds -= 1;
         }
-        if headroom - round_hours * *rounds as f64 < min {
+        if left(*rounds) < min {
             return Some(Hold {
                 state: "waiting_headroom",
-                reason: format!("retention headroom {headroom:.3} h, less the wave's {:.3} h, is under backfill.min_headroom_hours = {min}", round_hours * *rounds as f64),
+                reason: format!("retention headroom {headroom:.3} h, less the wave's {:.3} h, is under backfill.min_headroom_hours = {min}", round_hours * (*rounds as f64)),
             });
         }
         None
     }
 
-    /// Reads one chunk on a connection of its own: its rows as Arrow batches, and their count.
-    async fn read_chunk(&self, setup: &Setup, snapshot: &SnapshotState, bounds: &ChunkBounds, stamp: Lsn, stamp_ts: Option<chrono::DateTime<Utc>>) -> Result<(Vec<arrow::array::RecordBatch>, u64), SourceError> {
+    /// Reads one chunk on `conn`: the connection back, the rows as Arrow batches, their count.
+    async fn read_chunk(&self, mut conn: TdsClient, setup: &Setup, snapshot: &SnapshotState, bounds: &ChunkBounds, stamp: Lsn, stamp_ts: Option<chrono::DateTime<Utc>>) -> Result<(TdsClient, Vec<arrow::array::RecordBatch>, u64), SourceError> {
         let keys = self.snapshot_keys(setup)?;
         let (filter, params) = keyset::range_filter(&keys, bounds).map_err(|e| self.chunked_error(setup, e.to_string()))?;
         let filter = filter.map(|f| format!(" WHERE {f}")).unwrap_or_default();
         let isolation = isolation_sql(self.options.snapshot.isolation);
         let sql = format!("SET LOCK_TIMEOUT {}; {isolation}SELECT {} FROM {}{filter}", self.options.snapshot.lock_timeout.as_millis(), setup.select.join(", "), setup.table);
-        let mut conn = self.connector.connect().await?;
         let ci = setup.instance.name.as_str();
         let at = ChangeCoordinates { start_lsn: stamp, seqval: stamp, operation: 0 };
         let commit_ts = stamp_ts.or(snapshot.commit_ts).unwrap_or(snapshot.opened_at);
@@ -316,10 +326,11 @@ impl Stream {
                 batches.push(builder.finish());
             }
         }
+        drop(rows);
         if !builder.is_empty() {
             batches.push(builder.finish());
         }
-        Ok((batches, count))
+        Ok((conn, batches, count))
     }
 
     /// Publishes one chunk as a batch: its rows, then its control record (`snapshot_chunk`).

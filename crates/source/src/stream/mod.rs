@@ -90,6 +90,8 @@ struct Position {
     pace: Option<snapshot::Pace>,
     /// This process's side of a chunked snapshot.
     backfill: chunked::Backfill,
+    /// The chunk readers' connections, kept between waves.
+    readers: Vec<TdsClient>,
 }
 
 /// One capture instance's stream.
@@ -204,8 +206,10 @@ impl Stream {
         };
         let position = position.insert(start);
         if fresh {
-            // A new connection holds no transaction of an earlier one.
+            // A new connection holds no transaction of an earlier one; after a fault, the
+            // chunk readers connect again too.
             position.snapshot_txn = false;
+            position.readers.clear();
         }
         if let Some(opening) = position.open_next.clone() {
             let step = self.open_snapshot(conn, setup, position, &state, &opening).await?;
@@ -304,6 +308,7 @@ impl Stream {
                     snapshot_txn: false,
                     pace: None,
                     backfill: chunked::Backfill::default(),
+                    readers: Vec::new(),
                 }
             }
             None => {
@@ -325,6 +330,7 @@ impl Stream {
                     snapshot_txn: false,
                     pace: None,
                     backfill: chunked::Backfill::default(),
+                    readers: Vec::new(),
                 }
             }
         };
