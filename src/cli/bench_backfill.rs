@@ -9,7 +9,7 @@
 //!
 //! - rows/s: the snapshot's rows over the time from the stage's start to the completion;
 //! - the stream's lag: for every change batch published while the snapshot was open, the time
-//!   from its last commit to its publication (p50 and max); a full snapshot publishes no change
+//!   from its first (oldest) commit to its publication (p50 and max); a full snapshot publishes no change
 //!   batch until it completes, so its lag is the whole snapshot's length;
 //! - the source's peak RSS.
 
@@ -164,7 +164,7 @@ fn measure(mode: &str, records: &[ControlRecord], seconds: f64, peak_mb: f64) ->
     let mut lags: Vec<f64> = window
         .iter()
         .filter(|r| r.chunk().is_none() && r.rows > 0)
-        .filter_map(|r| Some((r.metrics.published_at? - r.max_commit_ts?).num_milliseconds() as f64 / 1000.0))
+        .filter_map(|r| Some((r.metrics.published_at? - r.min_commit_ts?).num_milliseconds() as f64 / 1000.0))
         .collect();
     lags.sort_by(f64::total_cmp);
     Measured { mode: mode.to_owned(), snapshot_rows, seconds, waves, lag_p50: (!lags.is_empty()).then(|| percentile(&lags, 0.5)), lag_max: lags.last().copied(), peak_mb }
