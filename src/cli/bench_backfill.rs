@@ -17,7 +17,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mssql_cdc::broker::BrokerStorage;
@@ -28,7 +27,7 @@ use mssql_cdc_sim::LocalClient;
 use mssql_cdc_testkit::kafka::controls;
 use mssql_cdc_testkit::stats::percentile;
 
-use super::bench_report::{order_ids, Files, TOPIC};
+use super::bench_report::{drain, order_ids, Files, Until, TOPIC};
 use super::bench_snapshot::preloaded_orders;
 use super::services::Services;
 
@@ -128,19 +127,9 @@ async fn one_mode(sim: &mssql_cdc_sim::Simulator, mode: &str, options: &str, dir
     let services = Services::start(BrokerStorage::Memory, "mssql-cdc-bench", sim).await?;
     let kafka = KafkaConfig { bootstrap_servers: services.broker_address.to_string(), ..KafkaConfig::default() };
     let files = Files::write(dir, &services.broker_address.to_string(), services.sim_address, options)?;
-    let started = Instant::now();
-    let mut source = super::bench_report::stage(&files.worker, &files.source, dir)?;
-    let records = loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        source.alive()?;
-        let cluster = kafka.clone();
-        let records = super::bench::off_runtime(move || if mssql_cdc_testkit::kafka::exists(&cluster, &format!("{TOPIC}.control")) { controls(&cluster, TOPIC) } else { Ok(Vec::new()) }).await?;
-        if records.iter().any(completes) {
-            break records;
-        }
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(3600), "the snapshot did not complete within an hour");
-    };
-    let seconds = started.elapsed().as_secs_f64();
+    let (mut source, seconds) = drain(&files, &files.source, dir, &kafka, Until::SnapshotComplete).await?;
+    let cluster = kafka.clone();
+    let records = super::bench::off_runtime(move || controls(&cluster, TOPIC)).await?;
     let peak_mb = source.rss_mb("VmHWM");
     source.stop();
     services.stop().await;

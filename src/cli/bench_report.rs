@@ -35,7 +35,7 @@ use mssql_cdc_lake::facts::facts_app_id;
 use mssql_cdc_lake::silver::control;
 use mssql_cdc_core::telemetry::metrics as m;
 use mssql_cdc_testkit::files::{bronze_toml, silver_toml, source_toml, worker_toml, write_file, Lake};
-use mssql_cdc_testkit::kafka::totals;
+use mssql_cdc_testkit::kafka::{controls, exists, totals};
 use mssql_cdc_testkit::metrics::{mean, sum};
 use mssql_cdc_testkit::process::Log;
 use mssql_cdc_testkit::stats::{latencies, percentile};
@@ -168,6 +168,8 @@ pub(super) enum Until<'a> {
     Facts { table: &'a str, app: &'a str, batch: i64 },
     /// Silver's control row (for the silver table at `url`) reached this batch.
     Applied { control: &'a str, url: &'a str, batch: i64 },
+    /// The control topic holds a snapshot's completion (`bootstrap` or `resnapshot`).
+    SnapshotComplete,
 }
 
 impl Until<'_> {
@@ -182,6 +184,11 @@ impl Until<'_> {
                 None => false,
             },
             Until::Applied { control, url, batch } => control_row(control, url).await.is_some_and(|r| r.applied_batch >= *batch),
+            Until::SnapshotComplete => {
+                let cluster = kafka.clone();
+                let records = super::bench::off_runtime(move || if exists(&cluster, &format!("{TOPIC}.control")) { controls(&cluster, TOPIC) } else { Ok(Vec::new()) }).await?;
+                records.iter().any(|r| r.events.iter().any(|e| matches!(e.name(), "bootstrap" | "resnapshot")))
+            }
         })
     }
 }

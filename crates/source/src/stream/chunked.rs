@@ -74,7 +74,7 @@ struct Hold {
 impl Stream {
     /// Whether the stream's open snapshot is a chunked one.
     pub(super) fn chunked_open(position: &Position) -> bool {
-        position.snapshot.as_ref().is_some_and(|s| !s.complete && s.mode == SnapshotMode::Chunked)
+        open_chunked(position).is_some()
     }
 
     /// The snapshot mode of a snapshot opened now.
@@ -85,14 +85,11 @@ impl Stream {
     /// A chunked snapshot's step before the stream's: publishes the plan when there is none,
     /// or reads it back after a restart. `None`: go on with the stream.
     pub(super) async fn chunked_prepare(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, state: &ServerState) -> Result<Option<Step>, SourceError> {
-        let Some(snapshot) = position.snapshot.clone().filter(|s| !s.complete && s.mode == SnapshotMode::Chunked) else { return Ok(None) };
-        let keys = self.snapshot_keys(setup)?;
-        if keys.iter().map(|k| &k.name).ne(snapshot.keys.iter()) {
-            return Err(self.chunked_error(setup, format!("the open snapshot is planned on {:?}, the configuration now names {:?}; finish it with the same snapshot_keys", snapshot.keys, keys.iter().map(|k| &k.name).collect::<Vec<_>>())));
-        }
+        let Some(snapshot) = open_chunked(position).cloned() else { return Ok(None) };
+        let keys = self.open_snapshot_keys(setup, &snapshot)?;
         match snapshot.plan {
             None => {
-                self.publish_plan(conn, setup, position, state, snapshot).await?;
+                self.publish_plan(conn, setup, position, state, snapshot, &keys).await?;
                 Ok(Some(Step::Published))
             }
             Some(plan) if position.backfill.plan.is_none() => {
@@ -102,7 +99,7 @@ impl Stream {
                     _ => None,
                 }));
                 let Some(chunks) = chunks.filter(|c| c.len() as u64 == plan.chunks) else {
-                    return Err(self.chunked_error(setup, format!("the plan of the snapshot at {} is not at offset {} of `{}` (deleted by the topic's retention?); the control topic must keep its records", snapshot.lsn, plan.offset, setup.control_topic)));
+                    return Err(self.snapshot_error(setup, format!("the plan of the snapshot at {} is not at offset {} of `{}` (deleted by the topic's retention?); the control topic must keep its records", snapshot.lsn, plan.offset, setup.control_topic)));
                 };
                 tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, lsn = %snapshot.lsn, chunks_done = snapshot.chunks_done, chunks_total = plan.chunks, "resuming the chunked snapshot from its plan");
                 position.backfill.plan = Some(Arc::new(chunks));
@@ -113,15 +110,14 @@ impl Stream {
     }
 
     /// Cuts the plan and publishes it as one batch (`snapshot_plan`), before any chunk is read.
-    async fn publish_plan(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, state: &ServerState, mut snapshot: SnapshotState) -> Result<(), SourceError> {
+    async fn publish_plan(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, state: &ServerState, mut snapshot: SnapshotState, keys: &[KeyColumn]) -> Result<(), SourceError> {
         let started = Instant::now();
-        let keys = self.snapshot_keys(setup)?;
         let chunk_rows = self.options.snapshot.backfill.chunk_rows;
         let isolation = isolation_sql(self.options.snapshot.isolation);
         let prefix = format!("SET LOCK_TIMEOUT {}; {isolation}", self.options.snapshot.lock_timeout.as_millis());
-        let (method, chunks) = match self.range_plan(conn, setup, &keys, chunk_rows, &prefix).await? {
+        let (method, chunks) = match self.range_plan(conn, setup, keys, chunk_rows, &prefix).await? {
             Some(chunks) => ("range", chunks),
-            None => ("keyset", self.keyset_plan(conn, setup, &keys, chunk_rows, &prefix).await?),
+            None => ("keyset", self.keyset_plan(conn, setup, keys, chunk_rows, &prefix).await?),
         };
         let event = Event::SnapshotPlan { lsn: snapshot.lsn, keys: keys.iter().map(|k| k.name.clone()).collect(), method: method.to_owned(), chunk_rows, chunks: chunks.clone() };
         let record = ControlRecord { events: vec![event], ..self.record_base(setup, position, state, started.elapsed(), 0) };
@@ -169,9 +165,9 @@ impl Stream {
         let mut bounds: Vec<Vec<Json>> = Vec::new();
         loop {
             let after = bounds.last().cloned();
-            let query = keyset::chunk_query(&setup.table, &select, keys, unique, chunk_rows, after.as_deref()).map_err(|e| self.chunked_error(setup, e.to_string()))?;
+            let query = keyset::chunk_query(&setup.table, &select, keys, unique, chunk_rows, after.as_deref()).map_err(|e| self.snapshot_error(setup, e.to_string()))?;
             let params = match &after {
-                Some(values) => keyset::params(keys, values).map_err(|e| self.chunked_error(setup, e.to_string()))?,
+                Some(values) => keyset::params(keys, values).map_err(|e| self.snapshot_error(setup, e.to_string()))?,
                 None => Vec::new(),
             };
             let mut rows = reader::read_table(conn, &self.connector, &format!("{prefix}{query}"), &params).await?;
@@ -198,8 +194,9 @@ impl Stream {
     /// After a change batch: reads a wave when the stream has caught up (`caught_up`), the
     /// run's budget allows, and the retention headroom does. Returns whether it published.
     pub(super) async fn chunked_wave(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, caught_up: bool) -> Result<Wave, SourceError> {
-        let Some(mut snapshot) = position.snapshot.clone().filter(|s| !s.complete && s.mode == SnapshotMode::Chunked) else { return Ok(Wave::NotDue) };
+        let Some(mut snapshot) = open_chunked(position).cloned() else { return Ok(Wave::NotDue) };
         let Some(plan) = position.backfill.plan.clone() else { return Ok(Wave::NotDue) };
+        let keys = self.open_snapshot_keys(setup, &snapshot)?;
         if !caught_up {
             return Ok(Wave::NotDue);
         }
@@ -242,7 +239,7 @@ impl Stream {
             while connections.len() < (round_end - round_start) as usize {
                 connections.push(self.connector.connect().await?);
             }
-            let reads = (round_start..round_end).zip(connections).map(|(index, conn)| self.read_chunk(conn, setup, &snapshot, &plan[index as usize], stamp, stamp_ts));
+            let reads = (round_start..round_end).zip(connections).map(|(index, conn)| self.read_chunk(conn, setup, &keys, &snapshot, &plan[index as usize], stamp, stamp_ts));
             let results = futures::future::try_join_all(reads).await?;
             let mut read = Vec::with_capacity(results.len());
             for (conn, batches, count) in results {
@@ -306,9 +303,9 @@ impl Stream {
     }
 
     /// Reads one chunk on `conn`: the connection back, the rows as Arrow batches, their count.
-    async fn read_chunk(&self, mut conn: TdsClient, setup: &Setup, snapshot: &SnapshotState, bounds: &ChunkBounds, stamp: Lsn, stamp_ts: Option<chrono::DateTime<Utc>>) -> Result<(TdsClient, Vec<arrow::array::RecordBatch>, u64), SourceError> {
-        let keys = self.snapshot_keys(setup)?;
-        let (filter, params) = keyset::range_filter(&keys, bounds).map_err(|e| self.chunked_error(setup, e.to_string()))?;
+    #[allow(clippy::too_many_arguments)]
+    async fn read_chunk(&self, mut conn: TdsClient, setup: &Setup, keys: &[KeyColumn], snapshot: &SnapshotState, bounds: &ChunkBounds, stamp: Lsn, stamp_ts: Option<chrono::DateTime<Utc>>) -> Result<(TdsClient, Vec<arrow::array::RecordBatch>, u64), SourceError> {
+        let (filter, params) = keyset::range_filter(keys, bounds).map_err(|e| self.snapshot_error(setup, e.to_string()))?;
         let filter = filter.map(|f| format!(" WHERE {f}")).unwrap_or_default();
         let isolation = isolation_sql(self.options.snapshot.isolation);
         let sql = format!("SET LOCK_TIMEOUT {}; {isolation}SELECT {} FROM {}{filter}", self.options.snapshot.lock_timeout.as_millis(), setup.select.join(", "), setup.table);
@@ -410,10 +407,11 @@ impl Stream {
         }
         .emit();
     }
+}
 
-    fn chunked_error(&self, setup: &Setup, message: String) -> SourceError {
-        SourceError::Snapshot { capture_instance: setup.instance.name.clone(), message }
-    }
+/// The stream's open snapshot, if it is a chunked one.
+fn open_chunked(position: &Position) -> Option<&SnapshotState> {
+    position.snapshot.as_ref().filter(|s| !s.complete && s.mode == SnapshotMode::Chunked)
 }
 
 /// The statement setting a read's isolation level (empty for the connection's default).

@@ -165,10 +165,7 @@ impl Stream {
     pub(super) async fn snapshot_step(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, state: &ServerState) -> Result<Step, SourceError> {
         let started = Instant::now();
         let Some(mut snapshot) = position.snapshot.clone().filter(|s| !s.complete) else { return Ok(Step::Published) };
-        let keys = self.snapshot_keys(setup)?;
-        if keys.iter().map(|k| &k.name).ne(snapshot.keys.iter()) {
-            return Err(self.snapshot_error(setup, format!("the open snapshot reads in order of {:?}, the configuration now names {:?}; finish it with the same snapshot_keys", snapshot.keys, keys.iter().map(|k| &k.name).collect::<Vec<_>>())));
-        }
+        let keys = self.open_snapshot_keys(setup, &snapshot)?;
         if self.options.snapshot.isolation == SnapshotIsolation::Snapshot && !position.snapshot_txn {
             reader::execute(conn, &self.connector, "SET TRANSACTION ISOLATION LEVEL SNAPSHOT; BEGIN TRANSACTION").await?;
             position.snapshot_txn = true;
@@ -281,7 +278,17 @@ impl Stream {
             .collect()
     }
 
-    fn snapshot_error(&self, setup: &Setup, message: String) -> SourceError {
+    /// The open snapshot's key columns, which the configuration must still name: a snapshot
+    /// is finished in the order (or on the plan) it was opened with.
+    pub(super) fn open_snapshot_keys(&self, setup: &Setup, snapshot: &SnapshotState) -> Result<Vec<KeyColumn>, SourceError> {
+        let keys = self.snapshot_keys(setup)?;
+        if keys.iter().map(|k| &k.name).ne(snapshot.keys.iter()) {
+            return Err(self.snapshot_error(setup, format!("the open snapshot reads in order of {:?}, the configuration now names {:?}; finish it with the same snapshot_keys", snapshot.keys, keys.iter().map(|k| &k.name).collect::<Vec<_>>())));
+        }
+        Ok(keys)
+    }
+
+    pub(super) fn snapshot_error(&self, setup: &Setup, message: String) -> SourceError {
         SourceError::Snapshot { capture_instance: setup.instance.name.clone(), message }
     }
 }
