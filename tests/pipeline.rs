@@ -374,6 +374,9 @@ pub(crate) enum Start {
     Together,
     /// Silver, bronze, then the source: the sinks wait for what they follow.
     Reversed,
+    /// Bronze and silver only: the test publishes first (`mssql-cdc seed`), then starts the
+    /// source with [`Pipeline::start_source`].
+    SinksOnly,
 }
 
 /// How a [`Pipeline`] is set up.
@@ -463,6 +466,8 @@ pub(crate) struct Pipeline {
     pub(crate) preloaded: u64,
     /// The source's worker and connector files (to start it again).
     pub(crate) source_files: (std::path::PathBuf, std::path::PathBuf),
+    /// The silver connector file.
+    pub(crate) silver_file: std::path::PathBuf,
     /// Change rows CDC cleanup purged, read before the purge: part of the history bronze
     /// must hold.
     pub(crate) purged: Vec<Coordinates>,
@@ -532,9 +537,11 @@ impl Pipeline {
                 std::thread::sleep(Duration::from_secs(3));
                 vec![spawn(SOURCE), bronze, silver]
             }
+            // The source's slot is filled by `start_source`.
+            Start::SinksOnly => vec![spawn(BRONZE), spawn(SILVER)],
         };
         let (tables, env) = (files.tables.clone(), files.env.clone());
-        Self { stages, broker, sim, topic, s3, scraped: String::new(), preloaded: setup.preloaded, source_files, purged: Vec::new(), skipped: Vec::new(), tables, env, dir }
+        Self { stages, broker, sim, topic, s3, scraped: String::new(), preloaded: setup.preloaded, source_files, silver_file: files.silver.clone(), purged: Vec::new(), skipped: Vec::new(), tables, env, dir }
     }
 
     /// The main workload: `changes` changes at `rate` changes/s, concurrently with the stages.
@@ -544,10 +551,16 @@ impl Pipeline {
         WorkloadProcess::spawn(self.sim.address, &self.dir.path().join("workload.log"), &args).unwrap()
     }
 
-    /// Starts the source again (after [`Self::stop_source`]).
+    /// Starts the source again (after [`Self::stop_source`]), or for the first time (after
+    /// [`Start::SinksOnly`]: until then, `stages` holds the sinks only).
     pub(crate) fn start_source(&mut self) {
         let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        self.stages[SOURCE] = spawn_stage(&self.source_files.0, &self.source_files.1, &env);
+        let source = spawn_stage(&self.source_files.0, &self.source_files.1, &env);
+        if self.stages.len() == 2 {
+            self.stages.insert(SOURCE, source);
+        } else {
+            self.stages[SOURCE] = source;
+        }
     }
 
     /// Waits for the source to publish everything CDC holds (the capture job harvests every
@@ -582,6 +595,12 @@ impl Pipeline {
     /// Runs `mssql-cdc <args> --worker <source worker> <source connector>` to its end: its exit
     /// code and standard output (panics, with its standard error, if it cannot run).
     pub(crate) fn source_command(&self, args: &[&str]) -> (Option<i32>, String) {
+        let (code, stdout, _) = self.source_command_output(args);
+        (code, stdout)
+    }
+
+    /// [`Self::source_command`] with its standard error too.
+    pub(crate) fn source_command_output(&self, args: &[&str]) -> (Option<i32>, String, String) {
         let output = std::process::Command::new(support::bin())
             .args(args)
             .arg("--worker")
@@ -594,7 +613,7 @@ impl Pipeline {
             .unwrap_or_else(|error| panic!("running mssql-cdc {args:?}: {error}"));
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         eprintln!("mssql-cdc {args:?}: {:?}\n{}", output.status, tail(&stderr, 3000));
-        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned(), stderr)
     }
 
     /// Every stage's logs, for failure messages.

@@ -19,6 +19,7 @@ mod demo;
 mod health;
 mod reconcile;
 mod run;
+mod seed;
 #[cfg(feature = "embedded-broker")]
 mod services;
 mod sim;
@@ -77,6 +78,8 @@ enum Command {
     Snapshot(stream::SnapshotArgs),
     /// Read waves of a stopped stream's chunked snapshot (opening it if the stream has none), then print its backfill status as JSON; exit 3 when it should be called again
     Backfill(stream::BackfillArgs),
+    /// Publish a copy of the table (Delta table or Parquet directory) as a stopped stream's snapshot at --as-of, then print its offset as JSON
+    Seed(seed::SeedArgs),
     /// Show an `mssql-source` stream's position, generation and snapshot next to the server's CDC window
     Status(stream::StatusArgs),
     /// The SQL Server simulator: serve it over TDS, or drive a workload
@@ -104,6 +107,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Health(args) => runtime()?.block_on(health::run(args)),
         Command::Snapshot(args) => runtime()?.block_on(stream::snapshot(args)),
         Command::Backfill(args) => runtime()?.block_on(stream::backfill(args)),
+        Command::Seed(args) => runtime()?.block_on(seed::seed(args)),
         Command::Status(args) => runtime()?.block_on(stream::status(args)),
         Command::Apply(args) => runtime()?.block_on(silver::apply(args)),
         Command::Freshness(args) => runtime()?.block_on(silver::freshness(args)),

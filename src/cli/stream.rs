@@ -14,9 +14,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 /// Exit code for bad arguments or files.
-const EXIT_PROBLEMS: u8 = 2;
+pub(super) const EXIT_PROBLEMS: u8 = 2;
 /// Exit code when the snapshot (or the status read) fails.
-const EXIT_FAILED: u8 = 1;
+pub(super) const EXIT_FAILED: u8 = 1;
 /// Exit code of `backfill` when the snapshot is not complete yet: call it again.
 const EXIT_AGAIN: u8 = 3;
 
@@ -128,7 +128,7 @@ pub async fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// A token cancelled by SIGTERM or SIGINT, logging `message`.
-fn stop_on_signal(message: &'static str) -> anyhow::Result<CancellationToken> {
+pub(super) fn stop_on_signal(message: &'static str) -> anyhow::Result<CancellationToken> {
     let cancel = CancellationToken::new();
     let stop = cancel.clone();
     let mut terminate = signal(SignalKind::terminate())?;
@@ -165,7 +165,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The worker and an `mssql-source` connector, or `None` after printing every problem.
-fn load(worker: Option<&Path>, connector: &Path) -> anyhow::Result<Option<(WorkerConfig, String, MssqlSourceSettings)>> {
+pub(super) fn load(worker: Option<&Path>, connector: &Path) -> anyhow::Result<Option<(WorkerConfig, String, MssqlSourceSettings)>> {
     let worker = super::load_worker(worker)?;
     let connector = super::load_connector(connector)?;
     let (Some(worker), Some(ConnectorConfig { name, kind, settings })) = (worker, connector) else { return Ok(None) };

@@ -97,6 +97,40 @@ pub enum SourceError {
         /// `sys.fn_cdc_get_max_lsn()`.
         max_lsn: Lsn,
     },
+    /// `mssql-cdc seed` cannot publish the copy as asked.
+    #[error("seed of capture instance `{capture_instance}`: {message}")]
+    Seed {
+        /// The capture instance.
+        capture_instance: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The copy a seed reads failed.
+    #[error("seed of capture instance `{capture_instance}`: reading the copy {from}: {cause}")]
+    Copy {
+        /// The capture instance.
+        capture_instance: String,
+        /// The copy's location.
+        from: String,
+        /// Why.
+        #[source]
+        cause: crate::seed::CopyError,
+    },
+    /// CDC cleanup has passed a seed's `as_of`: changes after the copy are gone.
+    #[error(
+        "seed of capture instance `{capture_instance}`: CDC cleanup has passed as_of {as_of}{}: the oldest change kept is at {min_lsn}, so changes made after the copy was read are gone (or were made before CDC tracked the table); take a newer copy, with as_of at or after that LSN's commit time",
+        lsn.map_or(" (cdc.lsn_time_mapping has no commit at or before it)".to_owned(), |l| format!(" (LSN {l})"))
+    )]
+    SeedPastCleanup {
+        /// The capture instance.
+        capture_instance: String,
+        /// `--as-of` as given.
+        as_of: String,
+        /// The LSN it maps to, when it maps to one.
+        lsn: Option<Lsn>,
+        /// `sys.fn_cdc_get_min_lsn` now.
+        min_lsn: Lsn,
+    },
     /// Kafka refused or lost something.
     #[error("Kafka: {0}")]
     Kafka(String),
@@ -175,6 +209,9 @@ impl Retriable for SourceError {
             | Self::DataLoss { .. }
             | Self::RepeatedDataLoss { .. }
             | Self::Snapshot { .. }
+            | Self::Seed { .. }
+            | Self::Copy { .. }
+            | Self::SeedPastCleanup { .. }
             | Self::AheadOfServer { .. }
             | Self::Encode(_)
             | Self::Secret(_)

@@ -24,6 +24,7 @@ pub mod keyset;
 pub mod publish;
 pub mod reader;
 pub mod rows;
+pub mod seed;
 pub mod stream;
 pub mod zone;
 

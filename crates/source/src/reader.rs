@@ -336,6 +336,13 @@ pub async fn lsn_time(client: &mut TdsClient, connector: &Connector, lsn: Lsn) -
     Ok(rows.first().and_then(|r| r.try_get::<NaiveDateTime, _>(0).ok().flatten()))
 }
 
+/// The last commit at or before the local time `at` (`sys.fn_cdc_map_time_to_lsn('largest
+/// less than or equal', ...)`); `None` when `cdc.lsn_time_mapping` has none.
+pub async fn lsn_at_or_before(client: &mut TdsClient, connector: &Connector, at: NaiveDateTime) -> Result<Option<Lsn>, SourceError> {
+    let rows = rows(client, connector, "SELECT sys.fn_cdc_map_time_to_lsn('largest less than or equal', @P1)", &[&at]).await?;
+    Ok(rows.first().and_then(|r| lsn(r, 0)).filter(|l| *l != Lsn::ZERO))
+}
+
 /// Runs statements that return nothing (transaction control, session options).
 pub async fn execute(client: &mut TdsClient, connector: &Connector, sql: &str) -> Result<(), SourceError> {
     let stream = client.simple_query(sql).await.map_err(|e| connector.error(e))?;

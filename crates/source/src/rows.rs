@@ -271,10 +271,33 @@ impl BatchBuilder {
     }
 
     /// The pending rows as a record batch; the builder is empty afterwards.
-    #[allow(clippy::expect_used)] // invariant: precision and scale validated with the schema, 10-byte LSNs, builders made from the schema
+    #[allow(clippy::expect_used)] // invariant: builders made from the schema
     pub fn finish(&mut self) -> RecordBatch {
+        let arrays: Vec<ArrayRef> = self.columns.iter_mut().map(Builder::finish).collect();
+        self.assemble(arrays).expect("builders follow the schema")
+    }
+
+    /// Rows whose captured values are built already (a seed's copy, converted to the log's
+    /// types): `columns` in schema order, every row at `at` with `commit_ts`. Fails when a
+    /// column's type or length is not the schema's, or a key column holds NULL.
+    #[allow(clippy::expect_used)] // invariant: 10-byte LSNs
+    pub fn from_columns(&mut self, columns: Vec<ArrayRef>, at: ChangeCoordinates, commit_ts: DateTime<Utc>) -> Result<RecordBatch, arrow::error::ArrowError> {
+        let rows = columns.first().map_or(0, |c| c.len());
+        for _ in 0..rows {
+            self.start_lsn.append_value(at.start_lsn.0).expect("10 bytes");
+            self.seqval.append_value(at.seqval.0).expect("10 bytes");
+            self.operation.append_value(at.operation);
+            self.command_id.append_null();
+            self.commit_ts.append_value(commit_ts.timestamp_micros());
+        }
+        self.assemble(columns)
+    }
+
+    /// The captured `arrays` and the pending rows' CDC columns as one batch of the log's
+    /// layout.
+    #[allow(clippy::expect_used)] // invariant: 10-byte LSNs
+    fn assemble(&mut self, mut arrays: Vec<ArrayRef>) -> Result<RecordBatch, arrow::error::ArrowError> {
         let rows = self.len();
-        let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(Builder::finish).collect();
         arrays.push(Arc::new(self.start_lsn.finish()));
         arrays.push(Arc::new(self.seqval.finish()));
         arrays.push(Arc::new(self.operation.finish()));
@@ -294,7 +317,7 @@ impl BatchBuilder {
         }
         arrays.push(Arc::new(snapshot.finish()));
         debug_assert!(self.columns.iter().all(|c| c.len() == 0));
-        RecordBatch::try_new(self.schema.arrow(), arrays).expect("builders follow the schema")
+        RecordBatch::try_new(self.schema.arrow(), arrays)
     }
 }
 

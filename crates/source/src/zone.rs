@@ -35,6 +35,14 @@ impl ZoneRule {
             },
         }
     }
+
+    /// The server's local time at `utc` (how `cdc.lsn_time_mapping` would record it).
+    pub fn to_local(&self, utc: DateTime<Utc>) -> NaiveDateTime {
+        match self {
+            Self::CurrentOffset(offset) => utc.with_timezone(offset).naive_local(),
+            Self::Named(zone) => zone.local(utc),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -57,6 +65,15 @@ mod tests {
         assert_eq!(after_change.to_rfc3339(), "2026-10-25T01:10:00+00:00");
         assert_eq!(rule.to_utc(local(3, 30), Some(after_change)).to_rfc3339(), "2026-10-25T02:30:00+00:00");
         assert_eq!(rule.to_utc(local(1, 30), None).to_rfc3339(), "2026-10-24T23:30:00+00:00");
+    }
+
+    #[test]
+    fn local_times_invert_the_conversion() {
+        let rule = ZoneRule::Named(ServerZone::parse("W. Europe Standard Time").unwrap());
+        let utc = rule.to_utc(local(3, 30), None);
+        assert_eq!(rule.to_local(utc), local(3, 30));
+        let fixed = ZoneRule::CurrentOffset(FixedOffset::east_opt(-7200).unwrap());
+        assert_eq!(fixed.to_local(fixed.to_utc(local(1, 0), None)), local(1, 0));
     }
 
     #[test]

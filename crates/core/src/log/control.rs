@@ -271,6 +271,21 @@ pub struct SnapshotState {
     /// A chunked snapshot's waves read.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waves_done: u64,
+    /// A seeded snapshot's copy (`mssql-cdc seed`): its rows came from it, not from the table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<SeedSource>,
+}
+
+/// The copy a seeded snapshot was published from (`mssql-cdc seed`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeedSource {
+    /// Where the copy is: a Delta table or a directory of Parquet files.
+    pub from: String,
+    /// What was read of it: `delta version <n>`, or `parquet <files> files, <bytes> bytes,
+    /// digest <hex>`. A resumed seed reads the same, or stops.
+    pub copy: String,
+    /// `--as-of` as given (a UTC time or an LSN); the snapshot's LSN is what it maps to.
+    pub as_of: String,
 }
 
 /// Where a chunked snapshot's plan is recorded.
@@ -357,6 +372,9 @@ pub enum Event {
         /// How it reads the table.
         #[serde(default, skip_serializing_if = "is_full")]
         mode: SnapshotMode,
+        /// A seeded snapshot's copy: its rows come from it, not from the table.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seed: Option<SeedSource>,
     },
     /// A chunked snapshot's plan, fixed until it completes: chunks tiling the key space in key
     /// order, published before any chunk is read.
@@ -514,6 +532,7 @@ mod tests {
                 plan: None,
                 chunks_done: 0,
                 waves_done: 0,
+                seed: Some(SeedSource { from: "s3://lake/orders-copy".into(), copy: "delta version 7".into(), as_of: "2026-12-01T08:00:00Z".into() }),
             }),
         }
     }
@@ -587,7 +606,7 @@ mod tests {
             }
         }
         let events = [
-            Event::SnapshotOpen { lsn: Lsn::ZERO, kind: SnapshotKind::Bootstrap, generation: 0, rows_expected: Some(1), lost: None, mode: SnapshotMode::Chunked },
+            Event::SnapshotOpen { lsn: Lsn::ZERO, kind: SnapshotKind::Bootstrap, generation: 0, rows_expected: Some(1), lost: None, mode: SnapshotMode::Chunked, seed: Some(SeedSource { from: "copy".into(), copy: "delta version 3".into(), as_of: "0x00".into() }) },
             Event::SnapshotPlan { lsn: Lsn::ZERO, keys: vec!["id".into()], method: "range".into(), chunk_rows: 10, chunks: vec![ChunkBounds { after: None, through: Some(vec![serde_json::json!(10)]) }] },
             Event::SnapshotChunk(chunk()),
             Event::Resnapshot { lsn: Lsn::ZERO, rows: 1, lost: Some(LostRange { from_lsn: Lsn::ZERO, to_lsn: Lsn::ZERO, from_ts: None, to_ts: None }) },

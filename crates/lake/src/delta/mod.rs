@@ -1,6 +1,7 @@
 //! Delta Lake plumbing shared by the sinks: table locations and their object-store settings
 //! ([`location`], [`storage`]), and appends made idempotent by `txn` actions ([`table`]).
 
+pub mod copy;
 pub mod error;
 pub mod location;
 pub mod query;

@@ -5,6 +5,7 @@
 mod batch;
 mod chunked;
 mod offset;
+mod seed;
 mod snapshot;
 
 pub use offset::{BackfillStatus, PublishedState, SnapshotRequest, StreamOffset, StreamStatus};
@@ -326,7 +327,7 @@ impl Stream {
                     last_published: Instant::now() - Duration::from_secs(86_400),
                     last_commit_ts: None,
                     snapshot: None,
-                    open_next: bootstrap.then_some(snapshot::Opening { kind: SnapshotKind::Bootstrap, lost: None }),
+                    open_next: bootstrap.then_some(snapshot::Opening { kind: SnapshotKind::Bootstrap, lost: None, seed: None }),
                     snapshot_txn: false,
                     pace: None,
                     backfill: chunked::Backfill::default(),

@@ -189,10 +189,10 @@ impl Stream {
         let opening = match request {
             SnapshotRequest::Resnapshot if position.next_batch_id > 0 => {
                 let lost = if position.lsn <= state.max_lsn { self.lost_range(conn, setup, position, state).await? } else { None };
-                Opening { kind: SnapshotKind::Resnapshot, lost }
+                Opening { kind: SnapshotKind::Resnapshot, lost, seed: None }
             }
             _ if position.snapshot.is_some() => return Ok(()),
-            _ => Opening { kind: SnapshotKind::Bootstrap, lost: None },
+            _ => Opening { kind: SnapshotKind::Bootstrap, lost: None, seed: None },
         };
         tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, kind = %opening.kind, lost = ?opening.lost, "snapshot requested");
         position.open_next = Some(opening);

@@ -29,12 +29,12 @@ use crate::error::SourceError;
 use crate::keyset::{self, KeyColumn};
 use crate::reader::{self, ServerState};
 use crate::rows::{BatchBuilder, ChangeCoordinates};
-use mssql_cdc_core::log::control::{ControlRecord, Event, LostRange, SnapshotKind, SnapshotMode, SnapshotState};
+use mssql_cdc_core::log::control::{ControlRecord, Event, LostRange, PartitionRange, SeedSource, SnapshotKind, SnapshotMode, SnapshotState};
 use mssql_cdc_core::telemetry::events::SourceSnapshotRead;
 use mssql_cdc_types::lsn::Lsn;
 
 /// How often the stage logs a snapshot's progress.
-const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(5);
+pub(super) const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// A snapshot to open at the next step.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +43,19 @@ pub(super) struct Opening {
     pub kind: SnapshotKind,
     /// The changes lost, for a re-snapshot after data loss.
     pub lost: Option<LostRange>,
+    /// A seed: the copy's rows are the snapshot, at the LSN `as_of` maps to.
+    pub seed: Option<SeedOpening>,
+}
+
+/// A seed's opening (`mssql-cdc seed`).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct SeedOpening {
+    /// The snapshot's LSN: what `as_of` maps to.
+    pub lsn: Lsn,
+    /// The copy.
+    pub source: SeedSource,
+    /// The copy's rows, when known.
+    pub rows: Option<u64>,
 }
 
 /// This process's view of a snapshot it is reading: rows/s and when it last logged.
@@ -90,7 +103,7 @@ impl Stream {
             from_ts = ?lost.from_ts, to_ts = ?lost.to_ts, generation = position.generation + 1,
             "changes purged by CDC cleanup before they were read; re-snapshotting the table as a new generation (on_data_loss = resnapshot)"
         );
-        position.open_next = Some(Opening { kind: SnapshotKind::Resnapshot, lost: Some(lost) });
+        position.open_next = Some(Opening { kind: SnapshotKind::Resnapshot, lost: Some(lost), seed: None });
         Ok(())
     }
 
@@ -101,7 +114,9 @@ impl Stream {
         let keys = self.snapshot_keys(setup)?;
         // A just-enabled instance whose first commit is not harvested yet: S is just before its
         // start, and every change from the start on follows the snapshot.
-        let lsn = if state.max_lsn != Lsn::ZERO && state.max_lsn >= state.min_lsn {
+        let lsn = if let Some(seed) = &opening.seed {
+            seed.lsn
+        } else if state.max_lsn != Lsn::ZERO && state.max_lsn >= state.min_lsn {
             state.max_lsn
         } else if state.min_lsn != Lsn::ZERO {
             state.min_lsn.decrement()
@@ -111,12 +126,17 @@ impl Stream {
         let local = if lsn == state.max_lsn { state.max_lsn_time } else { reader::lsn_time(conn, &self.connector, lsn).await? };
         let (zone, _) = zone_rule(setup, state);
         let commit_ts = local.map(|local| zone.to_utc(local, None));
-        let rows_expected = reader::row_estimate(conn, &self.connector, &setup.table).await?;
+        let rows_expected = match &opening.seed {
+            Some(seed) => seed.rows,
+            None => reader::row_estimate(conn, &self.connector, &setup.table).await?,
+        };
         let generation = match opening.kind {
             SnapshotKind::Bootstrap => position.generation,
             SnapshotKind::Resnapshot => position.generation + 1,
         };
-        let mode = self.opening_mode();
+        // A seed is one read of its copy.
+        let mode = if opening.seed.is_some() { SnapshotMode::Full } else { self.opening_mode() };
+        let seed = opening.seed.as_ref().map(|s| s.source.clone());
         if position.next_batch_id == 0 {
             // A new stream starts at S.
             position.lsn = lsn;
@@ -137,10 +157,11 @@ impl Stream {
             plan: None,
             chunks_done: 0,
             waves_done: 0,
+            seed: seed.clone(),
         };
         position.generation = generation;
         position.snapshot = Some(snapshot.clone());
-        let event = Event::SnapshotOpen { lsn, kind: opening.kind, generation, rows_expected, lost: opening.lost.clone(), mode };
+        let event = Event::SnapshotOpen { lsn, kind: opening.kind, generation, rows_expected, lost: opening.lost.clone(), mode, seed };
         let base = self.record_base(setup, position, state, started.elapsed(), 0);
         // A chunked snapshot's stream goes on from S at once: the opening batch moves there.
         let record = match mode {
@@ -208,12 +229,7 @@ impl Stream {
         if count > 0 {
             snapshot.rows_done += count;
             snapshot.last_key = last_key;
-            position.snapshot = Some(snapshot.clone());
-            let base = self.record_base(setup, position, state, started.elapsed(), bytes);
-            let record = ControlRecord { rows: count, min_row_lsn: Some(snapshot.lsn), max_row_lsn: Some(snapshot.lsn), partitions, ..base };
-            self.publisher.send_control(&setup.control_topic, &record).await?;
-            self.published(&record, started.elapsed());
-            position.advance(&record);
+            self.commit_snapshot_rows(setup, position, state, &snapshot, (count, bytes, partitions), started).await?;
         }
         let done = count < fetch;
         let rows_per_second = (snapshot.rows_done - pace.rows_at_start) as f64 / pace.started.elapsed().as_secs_f64().max(0.001);
@@ -228,9 +244,22 @@ impl Stream {
         Ok(Step::Published)
     }
 
+    /// The control record of a snapshot's rows just published (`rows`: their count, bytes and
+    /// acknowledged offsets), with `snapshot`'s progress; the position moves past it.
+    pub(super) async fn commit_snapshot_rows(&self, setup: &Setup, position: &mut Position, state: &ServerState, snapshot: &SnapshotState, rows: (u64, u64, Vec<PartitionRange>), started: Instant) -> Result<(), SourceError> {
+        let (count, bytes, partitions) = rows;
+        position.snapshot = Some(snapshot.clone());
+        let base = self.record_base(setup, position, state, started.elapsed(), bytes);
+        let record = ControlRecord { rows: count, min_row_lsn: Some(snapshot.lsn), max_row_lsn: Some(snapshot.lsn), partitions, ..base };
+        self.publisher.send_control(&setup.control_topic, &record).await?;
+        self.published(&record, started.elapsed());
+        position.advance(&record);
+        Ok(())
+    }
+
     /// Publishes the completion: the `bootstrap` or `resnapshot` event, and the position moved
     /// to S.
-    async fn complete_snapshot(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, state: &ServerState, mut snapshot: SnapshotState, rows_per_second: f64) -> Result<(), SourceError> {
+    pub(super) async fn complete_snapshot(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, state: &ServerState, mut snapshot: SnapshotState, rows_per_second: f64) -> Result<(), SourceError> {
         let started = Instant::now();
         if position.snapshot_txn {
             reader::execute(conn, &self.connector, "COMMIT TRANSACTION; SET TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
