@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, FixedOffset, NaiveDateTime};
 use tiberius::numeric::Numeric;
+use mssql_cdc_sim::client::ClientConfig;
 use tiberius::Uuid;
 
 use crate::pipeline::{env_u64, Pipeline, Setup, Start};
@@ -59,7 +60,7 @@ os._exit(0)
 "#;
 
 /// `dbo.orders` over TDS now, every column, as JSON rows for [`WRITE_COPY`].
-async fn read_copy(config: &tiberius::Config) -> Vec<serde_json::Value> {
+async fn read_copy(config: &ClientConfig) -> Vec<serde_json::Value> {
     let sql = "SELECT order_id, customer_id, status, amount, currency, note, created_at, updated_at, is_priority, ref, weight, payload FROM dbo.orders";
     query_rows(config, sql)
         .await
@@ -91,7 +92,7 @@ fn write_copy(dir: &Path, rows: &[serde_json::Value], kind: &str, out: &Path, dr
 }
 
 /// The server's clock in UTC, as `--as-of` takes it.
-async fn server_utc(config: &tiberius::Config) -> String {
+async fn server_utc(config: &ClientConfig) -> String {
     let rows = query_rows(config, "SELECT SYSUTCDATETIME()").await;
     rows[0].get::<NaiveDateTime, _>(0).unwrap().format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }

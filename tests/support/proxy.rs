@@ -1,6 +1,11 @@
 //! A TCP proxy a test can cut: it forwards a local port to a server, and on demand refuses
-//! connections (its listener closed and every open connection cut), as a server that went away
-//! would, until it is restored on the same port.
+//! connections (every open one cut, every new one closed as soon as it is accepted), as a
+//! server that went away would, until it is restored.
+//!
+//! The listener stays bound while refusing: closing it and binding the port again on restore
+//! lost the port, under a full test run, to another process's socket (ports of `127.0.0.1:0`
+//! binds and of outgoing connections come from the same ephemeral range), and the proxy then
+//! refused for good.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -29,7 +34,7 @@ impl Proxy {
             open: Arc::new(Mutex::new(Vec::new())),
         };
         let (refusing, stopped, open) = (proxy.refusing.clone(), proxy.stopped.clone(), proxy.open.clone());
-        std::thread::spawn(move || accept_loop(Some(listener), address, target, &refusing, &stopped, &open));
+        std::thread::spawn(move || accept_loop(listener, target, &refusing, &stopped, &open));
         proxy
     }
 
@@ -41,7 +46,7 @@ impl Proxy {
         }
     }
 
-    /// Accepts connections again, on the same port.
+    /// Forwards connections again.
     pub fn restore(&self) {
         self.refusing.store(false, Ordering::SeqCst);
     }
@@ -54,25 +59,15 @@ impl Drop for Proxy {
     }
 }
 
-/// Accepts while not refusing; while refusing, holds no listener, so connecting fails.
-fn accept_loop(mut listener: Option<TcpListener>, address: SocketAddr, target: SocketAddr, refusing: &AtomicBool, stopped: &AtomicBool, open: &Mutex<Vec<TcpStream>>) {
+/// Forwards each accepted connection while not refusing; while refusing, closes each one at
+/// once.
+fn accept_loop(listener: TcpListener, target: SocketAddr, refusing: &AtomicBool, stopped: &AtomicBool, open: &Mutex<Vec<TcpStream>>) {
+    listener.set_nonblocking(true).unwrap();
     while !stopped.load(Ordering::SeqCst) {
-        if refusing.load(Ordering::SeqCst) {
-            listener = None;
-            std::thread::sleep(Duration::from_millis(20));
-            continue;
-        }
-        let Some(bound) = listener.as_ref() else {
-            // std sets SO_REUSEADDR on Unix, so the port can be bound again at once.
-            listener = TcpListener::bind(address).ok();
-            if let Some(bound) = &listener {
-                bound.set_nonblocking(true).unwrap();
+        match listener.accept() {
+            Ok((client, _)) if refusing.load(Ordering::SeqCst) => {
+                let _ = client.shutdown(Shutdown::Both);
             }
-            std::thread::sleep(Duration::from_millis(20));
-            continue;
-        };
-        bound.set_nonblocking(true).unwrap();
-        match bound.accept() {
             Ok((client, _)) => {
                 let Ok(server) = TcpStream::connect(target) else {
                     continue;

@@ -67,7 +67,8 @@ impl CopyColumns {
         }
         let copy_name = |name: &str| select.iter().find(|s| s.eq_ignore_ascii_case(name)).cloned();
         let mut order: Vec<String> = keys.iter().filter_map(|k| copy_name(k)).collect();
-        order.extend(select.iter().filter(|s| !order.contains(s)).cloned());
+        let rest: Vec<String> = select.iter().filter(|s| !order.contains(s)).cloned().collect();
+        order.extend(rest);
         let dropped = copy.fields().iter().map(|f| f.name().clone()).filter(|name| !select.contains(name)).collect();
         Ok(Self { sources, select, order, targets, dropped, missing })
     }

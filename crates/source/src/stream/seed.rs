@@ -17,7 +17,6 @@
 
 use std::time::Instant;
 
-use chrono::Utc;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -30,7 +29,7 @@ use crate::reader::{self, ServerState};
 use crate::rows::{BatchBuilder, ChangeCoordinates};
 use crate::seed::columns::CopyColumns;
 use crate::seed::{AsOf, CopySource, SeedRequest};
-use mssql_cdc_core::log::control::{SeedSource, SnapshotKind, SnapshotState};
+use mssql_cdc_core::log::control::{SeedSource, SnapshotKind};
 use mssql_cdc_core::telemetry::events::SourceSnapshotRead;
 use mssql_cdc_types::lsn::Lsn;
 
@@ -90,9 +89,20 @@ impl Stream {
         let lsn = self.seed_lsn(&mut conn, &setup, &state, request.as_of).await?;
         let action = decide(&position, lsn, copy.identity(), request.reseed).map_err(|message| seed_error(&setup, message))?;
         tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, from = %copy.location(), copy = %copy.identity(), as_of = %request.as_of, lsn = %lsn, action = ?action, "seed");
+        let keys = match (&action, &position.snapshot) {
+            (Action::Done, _) => return Ok(Some(self.offset(&setup, &position))),
+            (Action::Resume, Some(snapshot)) => self.open_snapshot_keys(&setup, snapshot)?,
+            _ => self.snapshot_keys(&setup)?,
+        };
+        // The columns are checked before anything is published.
+        let keys: Vec<String> = keys.into_iter().map(|k| k.name).collect();
+        let columns = CopyColumns::new(&setup.schema, &copy.schema(), &keys, request.allow_missing_columns)
+            .map_err(|problems| seed_error(&setup, format!("the copy {} does not match the captured columns: {}", copy.location(), problems.join("; "))))?;
+        if !columns.dropped.is_empty() || !columns.missing.is_empty() {
+            tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, dropped = ?columns.dropped, null = ?columns.missing, "copy columns left out, and captured columns read as NULL");
+        }
         match action {
-            Action::Done => return Ok(Some(self.offset(&setup, &position))),
-            Action::Resume => {}
+            Action::Done | Action::Resume => {}
             Action::Open(kind) => {
                 let lost = match kind {
                     SnapshotKind::Resnapshot if position.lsn <= state.max_lsn => self.lost_range(&mut conn, &setup, &position, &state).await?,
@@ -103,7 +113,7 @@ impl Stream {
                 self.open_snapshot(&mut conn, &setup, &mut position, &state, &opening).await?;
             }
         }
-        if !self.publish_copy(&mut conn, &setup, &mut position, request, copy, &cancel).await? {
+        if !self.publish_copy(&mut conn, &setup, &mut position, &columns, copy, &cancel).await? {
             return Ok(None);
         }
         Ok(Some(self.offset(&setup, &position)))
@@ -134,13 +144,8 @@ impl Stream {
 
     /// Publishes the open seed's rows after those already published, then its completion;
     /// `false` when cancelled first.
-    async fn publish_copy(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, request: &SeedRequest, copy: &dyn CopySource, cancel: &CancellationToken) -> Result<bool, SourceError> {
+    async fn publish_copy(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, columns: &CopyColumns, copy: &dyn CopySource, cancel: &CancellationToken) -> Result<bool, SourceError> {
         let Some(mut snapshot) = position.snapshot.clone().filter(|s| !s.complete) else { return Ok(true) };
-        let keys: Vec<String> = self.open_snapshot_keys(setup, &snapshot)?.into_iter().map(|k| k.name).collect();
-        let columns = CopyColumns::new(&setup.schema, &copy.schema(), &keys, request.allow_missing_columns).map_err(|problems| seed_error(setup, format!("the copy {} does not match the captured columns: {}", copy.location(), problems.join("; "))))?;
-        if !columns.dropped.is_empty() || !columns.missing.is_empty() {
-            tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, dropped = ?columns.dropped, null = ?columns.missing, "copy columns left out, and captured columns read as NULL");
-        }
         let copy_error = |cause| SourceError::Copy { capture_instance: setup.instance.name.clone(), from: copy.location().to_owned(), cause };
         let mut rows = copy.read(columns.select(), columns.order()).await.map_err(copy_error)?;
         let (started, rows_at_start, mut logged) = (Instant::now(), snapshot.rows_done, Instant::now());
@@ -203,32 +208,33 @@ fn seed_error(setup: &Setup, message: String) -> SourceError {
     SourceError::Seed { capture_instance: setup.instance.name.clone(), message }
 }
 
-/// The snapshot a seed opened, for tests of [`decide`].
-#[cfg(test)]
-fn seeded(lsn: Lsn, copy: &str, complete: bool) -> SnapshotState {
-    SnapshotState {
-        lsn,
-        commit_ts: None,
-        kind: SnapshotKind::Bootstrap,
-        generation: 0,
-        opened_at: Utc::now(),
-        keys: vec!["id".into()],
-        rows_expected: None,
-        rows_done: 0,
-        last_key: None,
-        complete,
-        lost: None,
-        mode: mssql_cdc_core::log::control::SnapshotMode::Full,
-        plan: None,
-        chunks_done: 0,
-        waves_done: 0,
-        seed: Some(SeedSource { from: "copy".into(), copy: copy.into(), as_of: lsn.to_string() }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::Utc;
+    use mssql_cdc_core::log::control::SnapshotState;
+
+    /// The snapshot a seed opened, for tests of [`decide`].
+    fn seeded(lsn: Lsn, copy: &str, complete: bool) -> SnapshotState {
+        SnapshotState {
+            lsn,
+            commit_ts: None,
+            kind: SnapshotKind::Bootstrap,
+            generation: 0,
+            opened_at: Utc::now(),
+            keys: vec!["id".into()],
+            rows_expected: None,
+            rows_done: 0,
+            last_key: None,
+            complete,
+            lost: None,
+            mode: mssql_cdc_core::log::control::SnapshotMode::Full,
+            plan: None,
+            chunks_done: 0,
+            waves_done: 0,
+            seed: Some(SeedSource { from: "copy".into(), copy: copy.into(), as_of: lsn.to_string() }),
+        }
+    }
 
     fn position(next_batch_id: u64, lsn: &str, snapshot: Option<SnapshotState>) -> Position {
         Position {
