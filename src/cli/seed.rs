@@ -11,7 +11,7 @@ use mssql_cdc_lake::delta::copy::Copy;
 use mssql_cdc_source::seed::{AsOf, CopyError, CopyRows, CopySource, SeedRequest};
 use mssql_cdc_source::MssqlSource;
 
-use super::stream::{load, stop_on_signal, EXIT_FAILED, EXIT_PROBLEMS};
+use super::stream::{load, print_offset, stop_on_signal, EXIT_FAILED, EXIT_PROBLEMS};
 
 #[derive(Debug, clap::Args)]
 pub struct SeedArgs {
@@ -122,13 +122,8 @@ pub async fn seed(args: SeedArgs) -> anyhow::Result<ExitCode> {
     let context = StageContext::new(&name, worker);
     let cancel = stop_on_signal("stopping: a rerun with the same --as-of resumes the seed")?;
     for stream in MssqlSource::build(settings, &context)?.into_streams() {
-        match stream.seed(&request, &copy, cancel.clone()).await {
-            Ok(Some(offset)) => println!("{}", serde_json::to_string(&offset)?),
-            Ok(None) => return Ok(ExitCode::from(EXIT_FAILED)),
-            Err(error) => {
-                eprintln!("error: {error}");
-                return Ok(ExitCode::from(EXIT_FAILED));
-            }
+        if let Some(failed) = print_offset(stream.seed(&request, &copy, cancel.clone()).await)? {
+            return Ok(failed);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use mssql_cdc::connectors::{ConnectorConfig, ConnectorSettings};
 use mssql_cdc_core::config::WorkerConfig;
 use mssql_cdc_core::stage::StageContext;
-use mssql_cdc_source::stream::{SnapshotRequest, StreamStatus};
-use mssql_cdc_source::{MssqlSource, MssqlSourceSettings};
+use mssql_cdc_source::stream::{SnapshotRequest, StreamOffset, StreamStatus};
+use mssql_cdc_source::{MssqlSource, MssqlSourceSettings, SourceError};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
@@ -71,16 +71,27 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
     let streams = MssqlSource::build(settings, &context)?.into_streams();
     let cancel = stop_on_signal("stopping: the snapshot resumes from its last published read next time")?;
     for stream in streams {
-        match stream.take_snapshot(request, cancel.clone()).await {
-            Ok(Some(offset)) => println!("{}", serde_json::to_string(&offset)?),
-            Ok(None) => return Ok(ExitCode::from(EXIT_FAILED)),
-            Err(error) => {
-                eprintln!("error: {error}");
-                return Ok(ExitCode::from(EXIT_FAILED));
-            }
+        if let Some(failed) = print_offset(stream.take_snapshot(request, cancel.clone()).await)? {
+            return Ok(failed);
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a command's resulting offset as one JSON line; the exit code to stop with when the
+/// command failed (its error on stderr) or was cancelled.
+pub(super) fn print_offset(result: Result<Option<StreamOffset>, SourceError>) -> anyhow::Result<Option<ExitCode>> {
+    match result {
+        Ok(Some(offset)) => {
+            println!("{}", serde_json::to_string(&offset)?);
+            Ok(None)
+        }
+        Ok(None) => Ok(Some(ExitCode::from(EXIT_FAILED))),
+        Err(error) => {
+            eprintln!("error: {error}");
+            Ok(Some(ExitCode::from(EXIT_FAILED)))
+        }
+    }
 }
 
 /// Runs the stream's read loop (changes and waves) until the chunked snapshot completes, the

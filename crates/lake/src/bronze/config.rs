@@ -38,6 +38,11 @@ pub struct BronzeOptions {
     pub consumer_properties: Properties,
     /// What to do with a record that cannot be decoded (the `[errors]` table).
     pub errors: ErrorsConfig,
+    /// Milliseconds one batch (its reads and its bronze, plans and facts commits) may take
+    /// before the sink gives it up as stalled and starts again from the tables (a transient
+    /// failure, retried like an outage; nothing is written twice). Default 120000; at least
+    /// 1000.
+    pub batch_timeout_ms: Option<u64>,
 }
 
 /// Handling of undecodable records, as Kafka Connect's `errors.*` settings.
@@ -83,6 +88,8 @@ pub struct BronzeSettings {
     pub consumer_properties: Properties,
     /// What happens to a record that cannot be decoded.
     pub bad_records: BadRecords,
+    /// How long one batch may take before it is given up as stalled.
+    pub batch_timeout: std::time::Duration,
 }
 
 /// What happens to a record that cannot be decoded.
@@ -132,6 +139,14 @@ impl ConnectorKind for BronzeOptions {
                 None
             }
         };
+        let batch_timeout = match self.batch_timeout_ms {
+            None => Some(std::time::Duration::from_millis(DEFAULT_BATCH_TIMEOUT_MS)),
+            Some(ms) if ms >= 1000 => Some(std::time::Duration::from_millis(ms)),
+            Some(_) => {
+                problems.invalid("batch_timeout_ms", "under a second", "milliseconds, at least 1000");
+                None
+            }
+        };
         let topic = topic?;
         Some(BronzeSettings {
             control_topic: control_topic.unwrap_or_else(|| control_topic_for(&topic)),
@@ -143,9 +158,13 @@ impl ConnectorKind for BronzeOptions {
             encoding: encoding?,
             consumer_properties: self.consumer_properties,
             bad_records: bad_records?,
+            batch_timeout: batch_timeout?,
         })
     }
 }
+
+/// `batch_timeout_ms` when unset.
+pub const DEFAULT_BATCH_TIMEOUT_MS: u64 = 120_000;
 
 #[cfg(test)]
 mod tests {
@@ -168,5 +187,17 @@ mod tests {
         let settings = tolerant.validate(&mut Problems::under("")).unwrap();
         assert_eq!(settings.bad_records, BadRecords::DeadLetter("dlq".into()));
         assert_eq!(settings.control_topic, "cdc.db.dbo.orders.control", "the control topic defaults to <topic>.control");
+        assert_eq!(settings.batch_timeout, std::time::Duration::from_millis(DEFAULT_BATCH_TIMEOUT_MS));
+    }
+
+    /// A batch timeout under a second is refused, naming the key.
+    #[test]
+    fn batch_timeout_is_at_least_a_second() {
+        let options = BronzeOptions { topic: Some("t".into()), target: Some("./bronze".into()), app_id: Some("a".into()), batch_timeout_ms: Some(999), ..BronzeOptions::default() };
+        let mut problems = Problems::under("");
+        assert!(options.clone().validate(&mut problems).is_none());
+        assert_eq!(problems.into_vec().into_iter().map(|p| p.key).collect::<Vec<_>>(), vec!["batch_timeout_ms"]);
+        let settings = BronzeOptions { batch_timeout_ms: Some(5000), ..options }.validate(&mut Problems::under("")).unwrap();
+        assert_eq!(settings.batch_timeout, std::time::Duration::from_secs(5));
     }
 }

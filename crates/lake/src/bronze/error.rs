@@ -10,6 +10,14 @@ pub enum BronzeError {
     /// Kafka failed.
     #[error("Kafka: {0}")]
     Kafka(String),
+    /// A batch took longer than `batch_timeout_ms`: a call that never returned.
+    #[error("batch {batch_id} did not finish within batch_timeout_ms = {timeout_ms}; starting again from the tables")]
+    Stalled {
+        /// The batch.
+        batch_id: u64,
+        /// The limit.
+        timeout_ms: u128,
+    },
     /// A Delta table could not be read or written.
     #[error(transparent)]
     Delta(#[from] DeltaError),
@@ -84,7 +92,7 @@ impl Retriable for BronzeError {
     /// feed and bad settings are not.
     fn is_retriable(&self) -> bool {
         match self {
-            Self::Kafka(_) => true,
+            Self::Kafka(_) | Self::Stalled { .. } => true,
             Self::Delta(error) => error.transient,
             Self::Undecodable { .. } | Self::BadControl { .. } | Self::MissingRecords { .. } | Self::RewoundFeed { .. } | Self::Gap { .. } | Self::Storage(_) => false,
         }

@@ -160,7 +160,14 @@ impl Writer {
                 }
             last_seen = Some(last_seen.map_or(control.batch_id, |p| p.max(control.batch_id)));
             let started = Instant::now();
-            let written = self.batch(&control).await?;
+            // A call that never returns (an object store or broker connection left hanging)
+            // must not stall the sink for good: the batch is given up and the sink starts
+            // again from what the tables hold.
+            let timeout = self.settings.batch_timeout;
+            let written = match tokio::time::timeout(timeout, self.batch(&control)).await {
+                Ok(written) => written?,
+                Err(_) => return Err(BronzeError::Stalled { batch_id: control.batch_id, timeout_ms: timeout.as_millis() }),
+            };
             self.feed.commit(offset + 1);
             self.progress.advance();
             if let Some(sink) = written {
