@@ -54,6 +54,9 @@ const LOG_TAIL: usize = 12_000;
 /// How long the stages get to catch up once the workload is done.
 const CATCH_UP: Duration = Duration::from_secs(180);
 
+/// The longest the sinks may take to drain their backlog while they keep moving.
+const CATCH_UP_MAX: Duration = Duration::from_secs(600);
+
 /// Reads the tables in the order the sinks make them safe to read: facts first (bronze commits
 /// a batch's data before its facts row), then bronze, then the silver control table (silver
 /// commits its data before the control row), then silver. `mode` is `progress` (facts and
@@ -641,7 +644,11 @@ impl Pipeline {
         let controls = controls(&self.broker.bootstrap, &self.topic);
         let last = controls.last().expect("control records").batch_id as i64;
 
-        let deadline = Instant::now() + CATCH_UP;
+        // The sinks must keep moving: the wait fails when neither advanced for CATCH_UP (a
+        // stall), or after CATCH_UP_MAX in all. A backlog (after an outage, on a loaded
+        // machine with an S3 server in Python) may take longer than one CATCH_UP to drain.
+        let started = Instant::now();
+        let (mut deadline, mut seen) = (Instant::now() + CATCH_UP, (-2, -2));
         loop {
             self.assert_alive(BRONZE);
             self.assert_alive(SILVER);
@@ -650,9 +657,13 @@ impl Pipeline {
             if bronze_at >= last && now.applied_batch >= last {
                 break;
             }
+            if (bronze_at, now.applied_batch) != seen {
+                seen = (bronze_at, now.applied_batch);
+                deadline = Instant::now() + CATCH_UP;
+            }
             assert!(
-                Instant::now() < deadline,
-                "the sinks did not reach batch {last} within {CATCH_UP:?} (bronze at {bronze_at}, silver at {}; {:?}):\n{}\n{}",
+                Instant::now() < deadline && started.elapsed() < CATCH_UP_MAX,
+                "the sinks did not reach batch {last} (no progress for {CATCH_UP:?}, or over {CATCH_UP_MAX:?} in all; bronze at {bronze_at}, silver at {}; {:?}):\n{}\n{}",
                 now.applied_batch,
                 now.errors,
                 self.stages[BRONZE].logs(),
@@ -660,6 +671,7 @@ impl Pipeline {
             );
             tokio::time::sleep(Duration::from_millis(1000)).await;
         }
+        eprintln!("pipeline: the sinks reached batch {last} {:.0} s after the source stopped", started.elapsed().as_secs_f64());
 
         let mut truth = truth(&config).await;
         truth.retain(|change| !self.skipped.iter().any(|(from, to)| change.0.as_str() > from.as_str() && change.0.as_str() <= to.as_str()));
