@@ -82,19 +82,28 @@ pub async fn seed(args: SeedArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut storage = std::collections::HashMap::new();
+    let mut bad_storage = false;
     for option in &args.storage_options {
         match option.split_once('=') {
-            Some((key, value)) if !key.is_empty() => {
+            Some((key, value)) if !key.is_empty() && !storage.contains_key(key) => {
                 storage.insert(key.to_owned(), value.to_owned());
             }
-            _ => eprintln!("--storage-option: `{}`: expected KEY=VALUE", option.split('=').next().unwrap_or_default()),
+            Some((key, _)) if !key.is_empty() => {
+                eprintln!("--storage-option: `{key}` is given twice");
+                bad_storage = true;
+            }
+            _ => {
+                // Only the key is shown: values may be secrets.
+                eprintln!("--storage-option: `{}`: expected KEY=VALUE", option.split('=').next().unwrap_or_default());
+                bad_storage = true;
+            }
         }
     }
     let loaded = load(args.worker.as_deref(), &args.connector)?;
     let (Some(as_of), Some((worker, name, mut settings))) = (as_of, loaded) else {
         return Ok(ExitCode::from(EXIT_PROBLEMS));
     };
-    if storage.len() != args.storage_options.len() {
+    if bad_storage {
         return Ok(ExitCode::from(EXIT_PROBLEMS));
     }
     match (&args.capture_instance, settings.capture_instances.as_slice()) {

@@ -21,7 +21,7 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::zone_rule;
-use super::snapshot::{Opening, SeedOpening};
+use super::snapshot::{Opening, Pace, SeedOpening};
 use super::{Position, Setup, Stream, StreamOffset};
 use crate::connection::TdsClient;
 use crate::error::SourceError;
@@ -30,7 +30,6 @@ use crate::rows::{BatchBuilder, ChangeCoordinates};
 use crate::seed::columns::CopyColumns;
 use crate::seed::{AsOf, CopySource, SeedRequest};
 use mssql_cdc_core::log::control::{SeedSource, SnapshotKind};
-use mssql_cdc_core::telemetry::events::SourceSnapshotRead;
 use mssql_cdc_types::lsn::Lsn;
 
 /// What a seed does on a stream as its control topic has it.
@@ -148,13 +147,13 @@ impl Stream {
         let Some(mut snapshot) = position.snapshot.clone().filter(|s| !s.complete) else { return Ok(true) };
         let copy_error = |cause| SourceError::Copy { capture_instance: setup.instance.name.clone(), from: copy.location().to_owned(), cause };
         let mut rows = copy.read(columns.select(), columns.order()).await.map_err(copy_error)?;
-        let (started, rows_at_start, mut logged) = (Instant::now(), snapshot.rows_done, Instant::now());
+        position.pace = Some(Pace::starting_at(snapshot.rows_done));
         let mut skip = snapshot.rows_done;
         let step_rows = self.options.snapshot.fetch_rows;
         let commit_ts = snapshot.commit_ts.unwrap_or(snapshot.opened_at);
         let at = ChangeCoordinates { start_lsn: snapshot.lsn, seqval: snapshot.lsn, operation: 0 };
         let mut builder = BatchBuilder::new(&setup.schema, &setup.instance.name, snapshot.generation, 0).of_snapshot(snapshot.lsn);
-        let (mut count, mut bytes, mut step_started) = (0u64, 0u64, Instant::now());
+        let (mut count, mut bytes, mut step_started, mut rows_per_second) = (0u64, 0u64, Instant::now(), 0.0);
         let mut more = true;
         while more {
             if cancel.is_cancelled() {
@@ -180,25 +179,15 @@ impl Stream {
                 bytes += self.publish_rows(setup, log).await?;
             }
             if count >= step_rows || (!more && count > 0) {
-                let partitions = self.publisher.finish().await?;
-                let acknowledged: u64 = partitions.iter().map(|p| p.records).sum();
-                if acknowledged != count {
-                    return Err(SourceError::Kafka(format!("{count} seed rows published but {acknowledged} acknowledged")));
-                }
+                let partitions = self.acknowledged_rows(count).await?;
                 snapshot.rows_done += count;
                 let state = reader::server_state(conn, &self.connector, &setup.instance.name).await?;
                 self.commit_snapshot_rows(setup, position, &state, &snapshot, (count, std::mem::take(&mut bytes), partitions), step_started).await?;
-                let rows_per_second = (snapshot.rows_done - rows_at_start) as f64 / started.elapsed().as_secs_f64().max(0.001);
-                let log = !more || logged.elapsed() >= super::snapshot::PROGRESS_LOG_EVERY;
-                if log {
-                    logged = Instant::now();
-                }
-                SourceSnapshotRead { connector: &self.connector_name, capture_instance: &setup.instance.name, rows: count, rows_done: snapshot.rows_done, rows_expected: snapshot.rows_expected, rows_per_second, log }.emit();
+                rows_per_second = self.report_read(setup, position, &snapshot, count, !more);
                 count = 0;
             }
         }
         let state = reader::server_state(conn, &self.connector, &setup.instance.name).await?;
-        let rows_per_second = (snapshot.rows_done - rows_at_start) as f64 / started.elapsed().as_secs_f64().max(0.001);
         self.complete_snapshot(conn, setup, position, &state, snapshot, rows_per_second).await?;
         Ok(true)
     }

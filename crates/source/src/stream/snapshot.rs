@@ -66,6 +66,13 @@ pub(super) struct Pace {
     logged: Instant,
 }
 
+impl Pace {
+    /// From now, with `rows_done` rows published before this process took the snapshot up.
+    pub(super) fn starting_at(rows_done: u64) -> Self {
+        Self { started: Instant::now(), rows_at_start: rows_done, logged: Instant::now() }
+    }
+}
+
 impl Stream {
     /// The changes cleanup purged after the position, if any: from the first LSN not read to
     /// the last purged, with their commit times where known.
@@ -174,7 +181,7 @@ impl Stream {
         self.publisher.send_control(&setup.control_topic, &record).await?;
         self.published(&record, started.elapsed());
         position.advance(&record);
-        position.pace = Some(Pace { started: Instant::now(), rows_at_start: 0, logged: Instant::now() });
+        position.pace = Some(Pace::starting_at(0));
         tracing::info!(
             connector = %self.connector_name, capture_instance = %setup.instance.name, kind = %opening.kind, lsn = %lsn, generation, rows_expected = ?rows_expected,
             isolation = ?self.options.snapshot.isolation, keys = ?snapshot.keys, mode = %mode, "snapshot opened"
@@ -191,7 +198,7 @@ impl Stream {
             reader::execute(conn, &self.connector, "SET TRANSACTION ISOLATION LEVEL SNAPSHOT; BEGIN TRANSACTION").await?;
             position.snapshot_txn = true;
         }
-        let pace = *position.pace.get_or_insert(Pace { started: Instant::now(), rows_at_start: snapshot.rows_done, logged: Instant::now() });
+        position.pace.get_or_insert(Pace::starting_at(snapshot.rows_done));
         let fetch = self.options.snapshot.fetch_rows;
         let unique = !setup.schema.key.is_empty();
         let after = snapshot.last_key.clone();
@@ -221,27 +228,42 @@ impl Stream {
         if !builder.is_empty() {
             bytes += self.publish_rows(setup, builder.finish()).await?;
         }
-        let partitions = self.publisher.finish().await?;
-        let acknowledged: u64 = partitions.iter().map(|p| p.records).sum();
-        if acknowledged != count {
-            return Err(SourceError::Kafka(format!("{count} snapshot rows read but {acknowledged} acknowledged")));
-        }
+        let partitions = self.acknowledged_rows(count).await?;
         if count > 0 {
             snapshot.rows_done += count;
             snapshot.last_key = last_key;
             self.commit_snapshot_rows(setup, position, state, &snapshot, (count, bytes, partitions), started).await?;
         }
         let done = count < fetch;
-        let rows_per_second = (snapshot.rows_done - pace.rows_at_start) as f64 / pace.started.elapsed().as_secs_f64().max(0.001);
-        let log = done || pace.logged.elapsed() >= PROGRESS_LOG_EVERY;
-        if log && let Some(pace) = position.pace.as_mut() {
-            pace.logged = Instant::now();
-        }
-        SourceSnapshotRead { connector: &self.connector_name, capture_instance: ci, rows: count, rows_done: snapshot.rows_done, rows_expected: snapshot.rows_expected, rows_per_second, log }.emit();
+        let rows_per_second = self.report_read(setup, position, &snapshot, count, done);
         if done {
             self.complete_snapshot(conn, setup, position, state, snapshot, rows_per_second).await?;
         }
         Ok(Step::Published)
+    }
+
+    /// Waits for the snapshot rows published since `begin` to be acknowledged; their offset
+    /// ranges. Fewer or more than `count` acknowledged is a Kafka failure.
+    pub(super) async fn acknowledged_rows(&self, count: u64) -> Result<Vec<PartitionRange>, SourceError> {
+        let partitions = self.publisher.finish().await?;
+        let acknowledged: u64 = partitions.iter().map(|p| p.records).sum();
+        if acknowledged != count {
+            return Err(SourceError::Kafka(format!("{count} snapshot rows read but {acknowledged} acknowledged")));
+        }
+        Ok(partitions)
+    }
+
+    /// Counts a snapshot read of `count` rows and logs the snapshot's progress every
+    /// [`PROGRESS_LOG_EVERY`] and when `done`; its rows/s since this process took it up.
+    pub(super) fn report_read(&self, setup: &Setup, position: &mut Position, snapshot: &SnapshotState, count: u64, done: bool) -> f64 {
+        let pace = position.pace.get_or_insert(Pace::starting_at(snapshot.rows_done));
+        let rows_per_second = snapshot.rows_done.saturating_sub(pace.rows_at_start) as f64 / pace.started.elapsed().as_secs_f64().max(0.001);
+        let log = done || pace.logged.elapsed() >= PROGRESS_LOG_EVERY;
+        if log {
+            pace.logged = Instant::now();
+        }
+        SourceSnapshotRead { connector: &self.connector_name, capture_instance: &setup.instance.name, rows: count, rows_done: snapshot.rows_done, rows_expected: snapshot.rows_expected, rows_per_second, log }.emit();
+        rows_per_second
     }
 
     /// The control record of a snapshot's rows just published (`rows`: their count, bytes and
