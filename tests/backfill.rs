@@ -99,7 +99,7 @@ async fn a_chunked_snapshot_backfills_beside_the_stream_and_silver_converges() {
     // While the workload runs: until silver has applied the completion, its verdict is unset
     // (facts are read before the control row, and silver applies a batch only after its facts
     // row, so a completion missing from the facts read is not applied yet either).
-    let deadline = Instant::now() + Duration::from_secs(changes / 1000 + 120);
+    let deadline = Instant::now() + Duration::from_secs(changes / 1000 + rows / 5_000 + 120);
     let mut held = 0;
     loop {
         let now = observe(&pipeline.tables, false);

@@ -6,7 +6,8 @@
 //! 2. **Plan** ([`plan`]): chunks of about `chunk_rows` cut on the key, published as a
 //!    `snapshot_plan` batch before any chunk is read; the snapshot's state on every later
 //!    control record names the plan's offset, so the plan never changes while it is open.
-//! 3. **Waves**: when the stream has caught up, a wave of whole rounds of `num_partitions`
+//! 3. **Waves**: when the stream has caught up (or, while it is behind, once it has had as
+//!    long as the last wave took), a wave of whole rounds of `num_partitions`
 //!    chunks is stamped with the server's maximum LSN W (at or after S) and read, each chunk on
 //!    its own connection; each chunk is then published as one batch of operation-0 rows with
 //!    `_start_lsn = _seqval = W` and `_snapshot = S`, its control record carrying a

@@ -35,8 +35,12 @@ pub(super) struct Backfill {
     round_time: Option<Duration>,
     /// Rows/s of the last wave.
     rows_per_second: f64,
-    /// The retention headroom, hours, when the last wave was considered.
+    /// The retention headroom, hours, when the last wave was considered: the retention less
+    /// the stream's lag.
     headroom_hours: Option<f64>,
+    /// When the last wave ended, and how long it took: while the stream is behind, the next
+    /// wave waits at least as long again (the stream's fair share).
+    last_wave: Option<(Instant, Duration)>,
     /// The state last reported, and why.
     state: &'static str,
     reason: String,
@@ -59,7 +63,8 @@ impl Backfill {
 pub(super) enum Wave {
     /// Read and published a wave (or the completion).
     Read,
-    /// The stream has not caught up, or no chunked snapshot is open.
+    /// The stream is behind and has not had its share of time since the last wave, or no
+    /// chunked snapshot is open.
     NotDue,
     /// A wave was due but may not start: the budget is spent, or the headroom short.
     Held,
@@ -191,13 +196,14 @@ impl Stream {
         Ok(row)
     }
 
-    /// After a change batch: reads a wave when the stream has caught up (`caught_up`), the
-    /// run's budget allows, and the retention headroom does. Returns whether it published.
+    /// After a change batch: reads a wave when it is due ([`wave_due`]: the stream has caught
+    /// up, or has had as much time since the last wave as that wave took), the run's budget
+    /// allows, and the retention headroom does. Returns whether it published.
     pub(super) async fn chunked_wave(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, caught_up: bool) -> Result<Wave, SourceError> {
         let Some(mut snapshot) = open_chunked(position).cloned() else { return Ok(Wave::NotDue) };
         let Some(plan) = position.backfill.plan.clone() else { return Ok(Wave::NotDue) };
         let keys = self.open_snapshot_keys(setup, &snapshot)?;
-        if !caught_up {
+        if !wave_due(caught_up, position.backfill.last_wave, Instant::now()) {
             return Ok(Wave::NotDue);
         }
         let settings = &self.options.snapshot.backfill;
@@ -208,15 +214,19 @@ impl Stream {
             self.complete_chunked(setup, position, &state, snapshot).await?;
             return Ok(Wave::Read);
         }
+        // How far behind the server the stream is: its oldest unpublished change is at most
+        // this old, so cleanup reaches it this much sooner than the retention says.
+        let lag = if caught_up { Some(0.0) } else { stream_lag_hours(state.now.to_utc(), position.last_commit_ts.or(snapshot.commit_ts)) };
+        let Some(lag_hours) = lag else { return Ok(Wave::NotDue) };
         let per_round = settings.num_partitions as u64;
         let rounds = match (position.backfill.round_time, settings.target_wave.is_zero()) {
             (Some(round), false) if !round.is_zero() => (settings.target_wave.as_secs_f64() / round.as_secs_f64()).floor().max(1.0) as u64,
             _ => 1,
         };
         let mut rounds = rounds.min(remaining.div_ceil(per_round));
-        let retention_hours = setup.retention_minutes.map(|m| m as f64 / 60.0);
-        position.backfill.headroom_hours = retention_hours;
-        if let Some(hold) = self.hold(position, retention_hours, &mut rounds) {
+        let headroom_hours = setup.retention_minutes.map(|m| m as f64 / 60.0 - lag_hours);
+        position.backfill.headroom_hours = headroom_hours;
+        if let Some(hold) = self.hold(position, headroom_hours, &mut rounds) {
             self.report(setup, position, &snapshot, hold.state, &hold.reason);
             return Ok(Wave::Held);
         }
@@ -257,6 +267,7 @@ impl Stream {
         let elapsed = started.elapsed();
         let rounds_read = (last - first).div_ceil(per_round).max(1);
         position.backfill.round_time = Some(elapsed / rounds_read as u32);
+        position.backfill.last_wave = Some((Instant::now(), elapsed));
         position.backfill.rows_per_second = rows as f64 / elapsed.as_secs_f64().max(0.001);
         position.backfill.waves += 1;
         self.report(setup, position, &snapshot, "running", &format!("wave {wave}: chunks {first}..{last} stamped {stamp}, {rows} rows in {:.1} s", elapsed.as_secs_f64()));
@@ -268,7 +279,7 @@ impl Stream {
     }
 
     /// Why no wave may start now, if so; may shorten the wave to what the headroom allows.
-    fn hold(&self, position: &Position, retention_hours: Option<f64>, rounds: &mut u64) -> Option<Hold> {
+    fn hold(&self, position: &Position, headroom_hours: Option<f64>, rounds: &mut u64) -> Option<Hold> {
         let settings = &self.options.snapshot.backfill;
         if settings.max_waves.is_some_and(|max| position.backfill.waves >= max) {
             return Some(Hold { state: "budget_spent", reason: format!("this run read backfill.max_waves = {} waves; the next run goes on", position.backfill.waves) });
@@ -279,9 +290,8 @@ impl Stream {
             return Some(Hold { state: "budget_spent", reason: format!("this run spent backfill.max_seconds = {}; the next run goes on", max.as_secs_f64()) });
         }
         let min = settings.min_headroom_hours?;
-        // Waves start only when the stream has caught up: nothing is unpublished, so the
-        // headroom is the whole retention.
-        let Some(headroom) = retention_hours else {
+        // The retention less the stream's lag (the whole retention when it has caught up).
+        let Some(headroom) = headroom_hours else {
             return Some(Hold {
                 state: "waiting_metrics",
                 reason: "the cleanup job's retention is not readable (sys.sp_cdc_help_jobs needs db_owner): grant it, or unset backfill.min_headroom_hours".into(),
@@ -409,6 +419,21 @@ impl Stream {
     }
 }
 
+/// Whether a wave may start after a change batch: when the stream has caught up with the
+/// server, or, while it is behind, once it has had as much time since the last wave ended as
+/// that wave took. So under a load the stream cannot catch up with, the backfill still moves,
+/// taking at most half of the source's time; the headroom check bounds what that costs.
+fn wave_due(caught_up: bool, last_wave: Option<(Instant, Duration)>, now: Instant) -> bool {
+    caught_up || last_wave.is_none_or(|(ended, took)| now.saturating_duration_since(ended) >= took)
+}
+
+/// The stream's lag, hours: the server's clock less the last published commit's time (the
+/// oldest unpublished change is no older). `None` when no commit time is known.
+fn stream_lag_hours(server_now: chrono::DateTime<Utc>, last_commit: Option<chrono::DateTime<Utc>>) -> Option<f64> {
+    let behind = server_now.signed_duration_since(last_commit?);
+    Some((behind.num_milliseconds().max(0) as f64) / 3_600_000.0)
+}
+
 /// The stream's open snapshot, if it is a chunked one.
 fn open_chunked(position: &Position) -> Option<&SnapshotState> {
     position.snapshot.as_ref().filter(|s| !s.complete && s.mode == SnapshotMode::Chunked)
@@ -430,5 +455,33 @@ fn integer(value: Option<&tiberius::ColumnData<'static>>) -> Option<i64> {
         tiberius::ColumnData::I32(v) => v.map(i64::from),
         tiberius::ColumnData::I64(v) => *v,
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A caught-up stream always lets a wave start; one that is behind waits as long as the
+    /// last wave took, so the stream keeps at least half the source's time.
+    #[test]
+    fn a_stream_behind_gets_as_much_time_as_the_last_wave_took() {
+        let start = Instant::now();
+        let wave = Some((start, Duration::from_secs(4)));
+        assert!(wave_due(true, wave, start));
+        assert!(wave_due(false, None, start), "the first wave of a run does not wait");
+        assert!(!wave_due(false, wave, start + Duration::from_secs(3)));
+        assert!(wave_due(false, wave, start + Duration::from_secs(4)));
+    }
+
+    /// The lag is the server's clock less the last published commit, never negative, and
+    /// unknown without a commit time.
+    #[test]
+    fn the_lag_is_the_age_of_the_last_published_commit() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-02T12:00:00Z").unwrap().to_utc();
+        let earlier = now - chrono::Duration::minutes(30);
+        assert_eq!(stream_lag_hours(now, Some(earlier)), Some(0.5));
+        assert_eq!(stream_lag_hours(earlier, Some(now)), Some(0.0), "a clock behind the commit counts as no lag");
+        assert_eq!(stream_lag_hours(now, None), None);
     }
 }
