@@ -54,8 +54,11 @@ const LOG_TAIL: usize = 12_000;
 /// How long the stages get to catch up once the workload is done.
 const CATCH_UP: Duration = Duration::from_secs(180);
 
-/// The longest the sinks may take to drain their backlog while they keep moving.
-const CATCH_UP_MAX: Duration = Duration::from_secs(600);
+/// The longest the sinks may take to drain their backlog while they keep moving, seconds
+/// (`MSSQL_CDC_CATCH_UP_MAX_SECONDS` for the full-size runs, whose backlogs are larger).
+fn catch_up_max() -> Duration {
+    Duration::from_secs(env_u64("MSSQL_CDC_CATCH_UP_MAX_SECONDS", 600))
+}
 
 /// Reads the tables in the order the sinks make them safe to read: facts first (bronze commits
 /// a batch's data before its facts row), then bronze, then the silver control table (silver
@@ -645,9 +648,10 @@ impl Pipeline {
         let last = controls.last().expect("control records").batch_id as i64;
 
         // The sinks must keep moving: the wait fails when neither advanced for CATCH_UP (a
-        // stall), or after CATCH_UP_MAX in all. A backlog (after an outage, on a loaded
+        // stall), or after `catch_up_max()` in all. A backlog (after an outage, on a loaded
         // machine with an S3 server in Python) may take longer than one CATCH_UP to drain.
         let started = Instant::now();
+        let catch_up_max = catch_up_max();
         let (mut deadline, mut seen) = (Instant::now() + CATCH_UP, (-2, -2));
         loop {
             self.assert_alive(BRONZE);
@@ -662,8 +666,8 @@ impl Pipeline {
                 deadline = Instant::now() + CATCH_UP;
             }
             assert!(
-                Instant::now() < deadline && started.elapsed() < CATCH_UP_MAX,
-                "the sinks did not reach batch {last} (no progress for {CATCH_UP:?}, or over {CATCH_UP_MAX:?} in all; bronze at {bronze_at}, silver at {}; {:?}):\n{}\n{}",
+                Instant::now() < deadline && started.elapsed() < catch_up_max,
+                "the sinks did not reach batch {last} (no progress for {CATCH_UP:?}, or over {catch_up_max:?} in all; bronze at {bronze_at}, silver at {}; {:?}):\n{}\n{}",
                 now.applied_batch,
                 now.errors,
                 self.stages[BRONZE].logs(),
