@@ -193,10 +193,8 @@ impl Stream {
     fn control_record(&self, setup: &Setup, position: &Position, plan: &Plan, rows: &Rows, partitions: Vec<PartitionRange>, state: &ServerState, read: Duration) -> ControlRecord {
         let now_utc = state.now.with_timezone(&Utc);
         let capture_lag_seconds = state.max_lsn_time.map(|t| (now_utc - plan.zone.to_utc(t, None)).num_milliseconds() as f64 / 1000.0);
-        let retention_headroom_hours = setup.retention_minutes.map(|minutes| {
-            let oldest_unread = plan.next_unread.map_or(now_utc, |c| plan.zone.to_utc(c.local_time, None));
-            ((oldest_unread - now_utc).num_seconds() as f64 + minutes as f64 * 60.0) / 3600.0
-        });
+        let oldest_unread = plan.next_unread.map_or(now_utc, |c| plan.zone.to_utc(c.local_time, None));
+        let retention_headroom_hours = setup.retention_minutes.map(|minutes| headroom_hours(minutes, oldest_unread, now_utc));
         let base = self.record_base(setup, position, state, read, rows.bytes);
         ControlRecord {
             to_lsn: plan.to,
@@ -315,6 +313,13 @@ impl Position {
             self.last_commit_ts = record.max_commit_ts;
         }
     }
+}
+
+/// The stream's retention headroom, hours: how long until cleanup, keeping `retention_minutes`,
+/// may purge the oldest change not yet published (committed at `oldest_unpublished`; `now`
+/// when nothing is unpublished).
+pub(super) fn headroom_hours(retention_minutes: i64, oldest_unpublished: DateTime<Utc>, now: DateTime<Utc>) -> f64 {
+    ((oldest_unpublished - now).num_seconds() as f64 + retention_minutes as f64 * 60.0) / 3600.0
 }
 
 /// Each commit's UTC time, in LSN order, keeping fall-back hours in commit order.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde_json::Value as Json;
 
-use super::batch::zone_rule;
+use super::batch::{headroom_hours, zone_rule};
 use super::{Position, Setup, Step, Stream};
 use crate::backfill::plan::{self, Extent};
 use crate::config::SnapshotIsolation;
@@ -214,17 +214,18 @@ impl Stream {
             self.complete_chunked(setup, position, &state, snapshot).await?;
             return Ok(Wave::Read);
         }
-        // How far behind the server the stream is: its oldest unpublished change is at most
-        // this old, so cleanup reaches it this much sooner than the retention says.
-        let lag = if caught_up { Some(0.0) } else { stream_lag_hours(state.now.to_utc(), position.last_commit_ts.or(snapshot.commit_ts)) };
-        let Some(lag_hours) = lag else { return Ok(Wave::NotDue) };
+        // The stream's headroom as its batches report it, with the last commit published
+        // standing for the oldest unpublished one (which is no older) while it is behind.
+        let now = state.now.to_utc();
+        let oldest_unpublished = if caught_up { Some(now) } else { position.last_commit_ts.or(snapshot.commit_ts) };
+        let Some(oldest_unpublished) = oldest_unpublished else { return Ok(Wave::NotDue) };
         let per_round = settings.num_partitions as u64;
         let rounds = match (position.backfill.round_time, settings.target_wave.is_zero()) {
             (Some(round), false) if !round.is_zero() => (settings.target_wave.as_secs_f64() / round.as_secs_f64()).floor().max(1.0) as u64,
             _ => 1,
         };
         let mut rounds = rounds.min(remaining.div_ceil(per_round));
-        let headroom_hours = setup.retention_minutes.map(|m| m as f64 / 60.0 - lag_hours);
+        let headroom_hours = setup.retention_minutes.map(|minutes| headroom_hours(minutes, oldest_unpublished, now));
         position.backfill.headroom_hours = headroom_hours;
         if let Some(hold) = self.hold(position, headroom_hours, &mut rounds) {
             self.report(setup, position, &snapshot, hold.state, &hold.reason);
@@ -427,13 +428,6 @@ fn wave_due(caught_up: bool, last_wave: Option<(Instant, Duration)>, now: Instan
     caught_up || last_wave.is_none_or(|(ended, took)| now.saturating_duration_since(ended) >= took)
 }
 
-/// The stream's lag, hours: the server's clock less the last published commit's time (the
-/// oldest unpublished change is no older). `None` when no commit time is known.
-fn stream_lag_hours(server_now: chrono::DateTime<Utc>, last_commit: Option<chrono::DateTime<Utc>>) -> Option<f64> {
-    let behind = server_now.signed_duration_since(last_commit?);
-    Some((behind.num_milliseconds().max(0) as f64) / 3_600_000.0)
-}
-
 /// The stream's open snapshot, if it is a chunked one.
 fn open_chunked(position: &Position) -> Option<&SnapshotState> {
     position.snapshot.as_ref().filter(|s| !s.complete && s.mode == SnapshotMode::Chunked)
@@ -474,14 +468,11 @@ mod tests {
         assert!(wave_due(false, wave, start + Duration::from_secs(4)));
     }
 
-    /// The lag is the server's clock less the last published commit, never negative, and
-    /// unknown without a commit time.
+    /// The headroom is the retention less the age of the oldest unpublished change.
     #[test]
-    fn the_lag_is_the_age_of_the_last_published_commit() {
+    fn the_headroom_is_the_retention_less_the_oldest_unpublished_change() {
         let now = chrono::DateTime::parse_from_rfc3339("2026-12-02T12:00:00Z").unwrap().to_utc();
-        let earlier = now - chrono::Duration::minutes(30);
-        assert_eq!(stream_lag_hours(now, Some(earlier)), Some(0.5));
-        assert_eq!(stream_lag_hours(earlier, Some(now)), Some(0.0), "a clock behind the commit counts as no lag");
-        assert_eq!(stream_lag_hours(now, None), None);
+        assert_eq!(headroom_hours(120, now - chrono::Duration::minutes(30), now), 1.5);
+        assert_eq!(headroom_hours(120, now, now), 2.0, "nothing unpublished: the whole retention");
     }
 }
