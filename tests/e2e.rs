@@ -19,6 +19,7 @@ mod cli;
 mod deploy;
 mod pipeline;
 mod reconcile;
+mod schema;
 mod seed;
 mod silver;
 mod source;

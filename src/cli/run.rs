@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use mssql_cdc::worker::store::ConfigDir;
 use mssql_cdc::worker::{api, State, Worker};
+use mssql_cdc_core::stage::StopReason;
 use mssql_cdc_core::telemetry::{http, metrics, Health};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -16,6 +17,9 @@ use tokio_util::sync::CancellationToken;
 const EXIT_PROBLEMS: u8 = 2;
 /// Exit code when a stage stops with an error.
 const EXIT_STAGE_FAILED: u8 = 1;
+/// Exit code when every stage that stopped did so on a schema change (a decision is needed:
+/// `docs/schema-changes.md`).
+const EXIT_SCHEMA_CHANGED: u8 = 3;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -85,5 +89,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     for status in &failed {
         eprintln!("error: {}", status.trace.as_deref().unwrap_or("failed"));
     }
-    Ok(if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_STAGE_FAILED) })
+    Ok(if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else if failed.iter().all(|s| s.reason == Some(StopReason::SchemaChanged)) {
+        ExitCode::from(EXIT_SCHEMA_CHANGED)
+    } else {
+        ExitCode::from(EXIT_STAGE_FAILED)
+    })
 }

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `GET /connectors` | `["name", ...]` |
 //! | `GET /connectors/{name}` | `{name, type, config}`: the options, secrets redacted |
-//! | `GET /connectors/{name}/status` | `{name, type, connector: {state, worker_id, trace?}, tasks: [...]}` |
+//! | `GET /connectors/{name}/status` | `{name, type, connector: {state, worker_id, trace?, reason?}, tasks: [...]}`; `reason` is `failed` or `schema_changed` |
 //! | `PUT /connectors/{name}/pause` | 202; the stage stops until resumed |
 //! | `PUT /connectors/{name}/resume` | 202 |
 //! | `POST /connectors/{name}/restart` | 204; the stage starts again from its checkpoints |
@@ -128,6 +128,9 @@ fn status_body(api: &Api, status: &Status) -> Value {
     let mut state = json!({"state": status.state, "worker_id": api.worker_id});
     if let Some(trace) = &status.trace {
         state["trace"] = trace.clone().into();
+    }
+    if let Some(reason) = status.reason {
+        state["reason"] = json!(reason);
     }
     let mut task = state.clone();
     task["id"] = 0.into();

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mssql_cdc_core::config::{Document, Problem, WorkerConfig};
+use mssql_cdc_core::stage::StopReason;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -48,6 +49,8 @@ pub struct Status {
     pub state: State,
     /// The error that stopped it (`FAILED`), with its causes, one per line.
     pub trace: Option<String>,
+    /// Why it stopped (`FAILED`).
+    pub reason: Option<StopReason>,
 }
 
 /// Why a request on the worker could not be carried out.
@@ -73,6 +76,7 @@ struct Slot {
     text: String,
     state: State,
     trace: Option<String>,
+    reason: Option<StopReason>,
     /// The current run: cancelled to stop it; its handle is awaited before the next run.
     cancel: Option<CancellationToken>,
     handle: Option<JoinHandle<()>>,
@@ -112,7 +116,7 @@ impl Worker {
         {
             let mut slots = self.lock();
             let epoch = slots.get(&name).map_or(0, |s| s.epoch + 1);
-            slots.insert(name.clone(), Slot { config, text, state: State::Unassigned, trace: None, cancel: None, handle: None, epoch });
+            slots.insert(name.clone(), Slot { config, text, state: State::Unassigned, trace: None, reason: None, cancel: None, handle: None, epoch });
         }
         self.start(&name);
     }
@@ -241,13 +245,14 @@ impl Worker {
             Ok(stage) => {
                 slot.state = State::Running;
                 slot.trace = None;
+                slot.reason = None;
                 slot.cancel = Some(cancel);
                 let (worker, name) = (self.clone(), name.to_owned());
                 slot.handle = Some(tokio::spawn(async move {
                     // A panic ends the stage's own task; it is reported as its failure.
                     let result = match tokio::spawn(stage).await {
-                        Ok(result) => result.map_err(|error| trace(&error)),
-                        Err(joined) => Err(format!("the stage panicked: {joined}")),
+                        Ok(result) => result.map_err(|error| (trace(&error), error.reason())),
+                        Err(joined) => Err((format!("the stage panicked: {joined}"), StopReason::Failed)),
                     };
                     worker.finished(&name, epoch, result);
                 }));
@@ -256,6 +261,7 @@ impl Worker {
             Err(error) => {
                 slot.state = State::Failed;
                 slot.trace = Some(trace(&error));
+                slot.reason = Some(error.reason());
             }
         }
         drop(slots);
@@ -278,15 +284,16 @@ impl Worker {
         }
     }
 
-    fn finished(&self, name: &str, epoch: u64, result: Result<(), String>) {
+    fn finished(&self, name: &str, epoch: u64, result: Result<(), (String, StopReason)>) {
         let mut slots = self.lock();
         let Some(slot) = slots.get_mut(name).filter(|slot| slot.epoch == epoch) else { return };
         slot.cancel = None;
         match result {
             Ok(()) => slot.state = State::Unassigned,
-            Err(trace) => {
+            Err((trace, reason)) => {
                 slot.state = State::Failed;
                 slot.trace = Some(trace);
+                slot.reason = Some(reason);
             }
         }
         drop(slots);
@@ -303,7 +310,7 @@ impl Worker {
 }
 
 fn status(name: &str, slot: &Slot) -> Status {
-    Status { name: name.to_owned(), kind: slot.config.kind, state: slot.state, trace: slot.trace.clone() }
+    Status { name: name.to_owned(), kind: slot.config.kind, state: slot.state, trace: slot.trace.clone(), reason: slot.reason }
 }
 
 /// An error and its causes, one per line.

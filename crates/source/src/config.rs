@@ -63,6 +63,12 @@ pub struct MssqlSourceOptions {
     /// error), `skip` (publish a `data_skipped` event and go on) or `resnapshot` (take the
     /// table again as a new generation, recording the lost range).
     pub on_data_loss: Option<OnDataLoss>,
+    /// What DDL on the source table does (`cdc.ddl_history`, looked at when each batch is
+    /// planned): `classify` (default: a type change the log can widen to, and DDL that leaves
+    /// the captured types alone, go on with a warning and a `schema_change` event; any other
+    /// type change of a captured column stops the stage before a row is read) or `fail` (any
+    /// DDL stops the stage at its batch; restart with `classify` to go past it).
+    pub schema_change_policy: SchemaChangePolicy,
     /// Snapshot the table before streaming, once per stream: when the stream starts with an
     /// empty control topic. Default `false`.
     pub bootstrap: bool,
@@ -129,6 +135,7 @@ impl Default for MssqlSourceOptions {
             starting_lsn: None,
             fail_on_data_loss: None,
             on_data_loss: None,
+            schema_change_policy: SchemaChangePolicy::Classify,
             bootstrap: false,
             snapshot: SnapshotMode::Full,
             backfill: BackfillOptions::default(),
@@ -176,6 +183,17 @@ pub enum OnDataLoss {
     Skip,
     /// Take the table again as a new generation, recording the lost range.
     Resnapshot,
+}
+
+/// What DDL on the source table does (`schema_change_policy`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaChangePolicy {
+    /// Go on past DDL the log can absorb; stop on a type change it cannot hold.
+    #[default]
+    Classify,
+    /// Stop on any DDL.
+    Fail,
 }
 
 /// The isolation level a snapshot reads under (`snapshot_isolation`).
@@ -228,6 +246,8 @@ pub struct MssqlSourceSettings {
     pub starting_lsn: StartingLsn,
     /// What to do about purged, unread changes.
     pub on_data_loss: OnDataLoss,
+    /// What DDL on the source table does.
+    pub schema_change_policy: SchemaChangePolicy,
     /// Bootstrap and re-snapshots.
     pub snapshot: SnapshotSettings,
     /// Zone of the server clock.
@@ -434,6 +454,7 @@ impl ConnectorKind for MssqlSourceOptions {
             max_commits_per_batch: self.max_commits_per_batch,
             starting_lsn: starting_lsn?,
             on_data_loss: on_data_loss?,
+            schema_change_policy: self.schema_change_policy,
             snapshot: snapshot?,
             source_time_zone: source_time_zone?,
             columns,

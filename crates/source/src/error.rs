@@ -50,6 +50,19 @@ pub enum SourceError {
         /// `sys.fn_cdc_get_min_lsn` now.
         min_lsn: Lsn,
     },
+    /// DDL on the source table the stream may not go past on its own
+    /// (`schema_change_policy`): the stage stops before reading the batch's rows.
+    #[error("schema change on capture instance `{capture_instance}` by the DDL committed at {ddl_lsn} (`{command}`): {message}")]
+    SchemaChanged {
+        /// The capture instance.
+        capture_instance: String,
+        /// The DDL's commit LSN.
+        ddl_lsn: Lsn,
+        /// The statement.
+        command: String,
+        /// What changed and what to do.
+        message: String,
+    },
     /// Changes were lost again within `resnapshot_interval_days` of the last re-snapshot: the
     /// stream does not keep up with the retention, and another snapshot would not fix that.
     #[error(
@@ -207,6 +220,7 @@ impl Retriable for SourceError {
             Self::CaptureInstance(_)
             | Self::Schema { .. }
             | Self::DataLoss { .. }
+            | Self::SchemaChanged { .. }
             | Self::RepeatedDataLoss { .. }
             | Self::Snapshot { .. }
             | Self::Seed { .. }
@@ -216,6 +230,13 @@ impl Retriable for SourceError {
             | Self::Encode(_)
             | Self::Secret(_)
             | Self::BadControlRecord { .. } => false,
+        }
+    }
+
+    fn stop_reason(&self) -> mssql_cdc_core::stage::StopReason {
+        match self {
+            Self::SchemaChanged { .. } => mssql_cdc_core::stage::StopReason::SchemaChanged,
+            _ => mssql_cdc_core::stage::StopReason::Failed,
         }
     }
 }

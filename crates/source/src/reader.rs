@@ -259,6 +259,48 @@ pub async fn plan(client: &mut TdsClient, connector: &Connector, from: Lsn, max:
         .collect())
 }
 
+/// A row of `cdc.ddl_history` for the stream's capture instance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ddl {
+    /// `ddl_lsn`: the commit LSN of the DDL.
+    pub lsn: Lsn,
+    /// `ddl_command`: the statement's text.
+    pub command: String,
+    /// `required_column_update`: a captured column's type changed.
+    pub required_column_update: bool,
+    /// `ddl_time`, server-local.
+    pub time: Option<NaiveDateTime>,
+}
+
+/// The DDL on the capture instance's source table committed after `from`, up to `max`, in
+/// LSN order (`cdc.ddl_history`, a small table).
+pub async fn ddl_history(client: &mut TdsClient, connector: &Connector, instance: &str, from: Lsn, max: Lsn) -> Result<Vec<Ddl>, SourceError> {
+    let sql = "SELECT h.ddl_lsn, h.ddl_command, h.required_column_update, h.ddl_time \
+               FROM cdc.ddl_history h JOIN cdc.change_tables ct ON ct.object_id = h.object_id \
+               WHERE ct.capture_instance = @P1 AND h.ddl_lsn > @P2 AND h.ddl_lsn <= @P3 \
+               ORDER BY h.ddl_lsn";
+    let (from, max) = (from.0.to_vec(), max.0.to_vec());
+    let rows = rows(client, connector, sql, &[&instance, &from, &max]).await?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| {
+            Some(Ddl {
+                lsn: lsn(row, 0)?,
+                command: text(row, 1).unwrap_or_default(),
+                required_column_update: row.try_get::<bool, _>(2).ok().flatten().unwrap_or(false),
+                time: row.try_get::<NaiveDateTime, _>(3).ok().flatten(),
+            })
+        })
+        .collect())
+}
+
+/// The source table's columns now, in column order (`INFORMATION_SCHEMA.COLUMNS`).
+pub async fn table_columns(client: &mut TdsClient, connector: &Connector, instance: &Instance) -> Result<Vec<String>, SourceError> {
+    let sql = "SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_SCHEMA = @P1 AND TABLE_NAME = @P2 ORDER BY ORDINAL_POSITION";
+    let rows = rows(client, connector, sql, &[&instance.source_schema.as_str(), &instance.source_table.as_str()]).await?;
+    Ok(rows.iter().filter_map(|row| text(row, 0)).collect())
+}
+
 /// The text that reads a batch's change rows, in (`__$start_lsn`, `__$seqval`,
 /// `__$operation`) order, from the change table's clustered index.
 pub fn change_query(instance: &str, select: &[String], include_command_id: bool) -> String {

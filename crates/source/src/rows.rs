@@ -64,24 +64,36 @@ impl Builder {
                 ColumnData::Bit(v) => *v,
                 _ => return Err(bad("bit")),
             }),
+            // A wider integer is a column widened by DDL the log has not reached yet: its older
+            // values still fit (checked).
             Self::I16(b) => b.append_option(match data {
                 ColumnData::U8(v) => v.map(i16::from),
                 ColumnData::I16(v) => *v,
+                ColumnData::I32(Some(v)) => Some(i16::try_from(*v).map_err(|_| bad("a 16-bit integer"))?),
+                ColumnData::I64(Some(v)) => Some(i16::try_from(*v).map_err(|_| bad("a 16-bit integer"))?),
+                ColumnData::I32(None) | ColumnData::I64(None) => None,
                 _ => return Err(bad("a 16-bit integer")),
             }),
             Self::I32(b) => b.append_option(match data {
                 ColumnData::U8(v) => v.map(i32::from),
                 ColumnData::I16(v) => v.map(i32::from),
                 ColumnData::I32(v) => *v,
+                ColumnData::I64(Some(v)) => Some(i32::try_from(*v).map_err(|_| bad("int"))?),
+                ColumnData::I64(None) => None,
                 _ => return Err(bad("int")),
             }),
             Self::I64(b) => b.append_option(match data {
+                ColumnData::U8(v) => v.map(i64::from),
+                ColumnData::I16(v) => v.map(i64::from),
                 ColumnData::I32(v) => v.map(i64::from),
                 ColumnData::I64(v) => *v,
                 _ => return Err(bad("bigint")),
             }),
             Self::F32(b) => b.append_option(match data {
                 ColumnData::F32(v) => *v,
+                // real widened to float: an older value reads back exactly.
+                ColumnData::F64(Some(v)) if f64::from(*v as f32) == *v => Some(*v as f32),
+                ColumnData::F64(None) => None,
                 _ => return Err(bad("real")),
             }),
             Self::F64(b) => b.append_option(match data {

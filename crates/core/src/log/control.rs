@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::format::RecordFormat;
-use super::schema::TableSchema;
+use super::schema::{ColumnType, TableSchema};
 use mssql_cdc_types::lsn::Lsn;
 
 /// The version of this layout; readers refuse records of a newer major version.
@@ -402,6 +402,9 @@ pub enum Event {
         /// Rows it published.
         rows: u64,
     },
+    /// DDL on the source table, committed in the batch (its last commit): what it did to the
+    /// log's schema.
+    SchemaChange(SchemaChange),
     /// A re-snapshot is complete: downstream rebuilds from it; `lost` is the gap it repairs.
     Resnapshot {
         /// S.
@@ -425,8 +428,47 @@ impl Event {
             Self::SnapshotChunk(_) => "snapshot_chunk",
             Self::Bootstrap { .. } => "bootstrap",
             Self::Resnapshot { .. } => "resnapshot",
+            Self::SchemaChange(_) => "schema_change",
         }
     }
+}
+
+/// A `schema_change` event: one statement of `cdc.ddl_history` and what the source made of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SchemaChange {
+    /// The DDL's commit LSN: the batch's last position.
+    #[serde(with = "lsn_hex")]
+    pub ddl_lsn: Lsn,
+    /// When it was committed, server-local (`ddl_time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddl_time: Option<chrono::NaiveDateTime>,
+    /// The statement (`ddl_command`).
+    pub command: String,
+    /// Whether SQL Server changed a captured column's type (`required_column_update`).
+    pub required_column_update: bool,
+    /// Captured columns whose log type widened with it; the batch's schema has the new types.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub widened: Vec<TypeChange>,
+    /// Columns of the table the capture instance does not capture (added since it was
+    /// enabled): absent from the log until a new capture instance captures them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_captured: Vec<String>,
+    /// Captured columns the table no longer has: NULL on the log from here on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
+    /// The schema version of the batch (and of the batches after it).
+    pub schema_version: u64,
+}
+
+/// A captured column's log type before and after a DDL.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeChange {
+    /// The column.
+    pub column: String,
+    /// Its log type before.
+    pub from: ColumnType,
+    /// Its log type after.
+    pub to: ColumnType,
 }
 
 /// The source's view of where it stands, at publication time.
@@ -611,6 +653,16 @@ mod tests {
             Event::SnapshotChunk(chunk()),
             Event::Resnapshot { lsn: Lsn::ZERO, rows: 1, lost: Some(LostRange { from_lsn: Lsn::ZERO, to_lsn: Lsn::ZERO, from_ts: None, to_ts: None }) },
             Event::Bootstrap { lsn: Lsn::ZERO, rows: 1 },
+            Event::SchemaChange(SchemaChange {
+                ddl_lsn: Lsn::ZERO,
+                ddl_time: chrono::NaiveDate::from_ymd_opt(2026, 1, 2).and_then(|d| d.and_hms_opt(3, 4, 5)),
+                command: "ALTER TABLE t ALTER COLUMN q bigint".into(),
+                required_column_update: true,
+                widened: vec![TypeChange { column: "q".into(), from: ColumnType::Int32, to: ColumnType::Int64 }],
+                not_captured: vec!["region".into()],
+                dropped: vec!["note".into()],
+                schema_version: 7,
+            }),
         ];
         let event_schema = &declared["events"]["items"]["properties"];
         for event in events {

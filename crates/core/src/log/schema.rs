@@ -129,6 +129,21 @@ impl ColumnType {
         }
     }
 
+    /// Whether a column of this log type may become `to` with every value kept exactly and
+    /// every reader of the old type still reading it: a wider integer, `real` to `float`, a
+    /// decimal with more digits and the same scale. The log's schema evolves only along these (`schemas/README.md`); every
+    /// other type change is refused by the source.
+    pub fn widens_to(self, to: Self) -> bool {
+        use ColumnType::*;
+        match (self, to) {
+            (Int16, Int32 | Int64) | (Int32, Int64) | (Float32, Float64) => true,
+            // The same scale: an Avro reader of the old schema decodes the same unscaled
+            // value (a new scale would multiply every old reader's values).
+            (Decimal { precision: p, scale: s }, Decimal { precision: p2, scale: s2 }) => s2 == s && p2 > p,
+            _ => false,
+        }
+    }
+
     /// The Arrow type batches carry.
     pub fn arrow(self) -> DataType {
         match self {
@@ -167,6 +182,18 @@ impl ColumnType {
             Self::LocalTimestamp => json!({"type": "long", "logicalType": "local-timestamp-micros"}),
             Self::Timestamp => json!({"type": "long", "logicalType": "timestamp-micros"}),
         }
+    }
+}
+
+/// [`ColumnType::widens_to`] on the Arrow types the sinks' tables hold: whether a column of
+/// type `from` must be widened to take `to`.
+pub fn arrow_widens(from: &DataType, to: &DataType) -> bool {
+    match (from, to) {
+        (DataType::Int16, DataType::Int32 | DataType::Int64) | (DataType::Int32, DataType::Int64) | (DataType::Float32, DataType::Float64) => true,
+        (DataType::Decimal128(p, s), DataType::Decimal128(p2, s2)) => {
+            ColumnType::Decimal { precision: *p, scale: *s }.widens_to(ColumnType::Decimal { precision: *p2, scale: *s2 })
+        }
+        _ => false,
     }
 }
 
@@ -316,6 +343,33 @@ mod tests {
             ],
             key: vec!["order_id".into()],
             include_command_id: true,
+        }
+    }
+
+    /// Invariant: the log's types evolve only where every value is kept exactly.
+    #[test]
+    fn only_lossless_type_changes_widen() {
+        use ColumnType::*;
+        let dec = |precision, scale| Decimal { precision, scale };
+        assert!(Int32.widens_to(Int64) && Int16.widens_to(Int32) && Int16.widens_to(Int64) && Float32.widens_to(Float64));
+        assert!(dec(10, 2).widens_to(dec(12, 2)));
+        assert!(!Int64.widens_to(Int32), "narrowing");
+        assert!(!dec(10, 2).widens_to(dec(12, 4)), "a new scale changes what old readers decode");
+        assert!(!dec(12, 2).widens_to(dec(10, 2)), "fewer digits");
+        assert!(!Int32.widens_to(Int32) && !dec(10, 2).widens_to(dec(10, 2)), "no change is no widening");
+        assert!(!Int32.widens_to(String) && !Int32.widens_to(Float64) && !Date.widens_to(LocalTimestamp));
+    }
+
+    /// Invariant: the sinks widen exactly what the log widens.
+    #[test]
+    fn arrow_widening_agrees_with_the_log() {
+        use ColumnType::*;
+        let all = [Boolean, Int16, Int32, Int64, Float32, Float64, Decimal { precision: 10, scale: 2 }, Decimal { precision: 12, scale: 2 }, String, Binary, Date, Time, LocalTimestamp, Timestamp, Uuid];
+        for from in all {
+            for to in all {
+                let same_arrow = from.arrow() == to.arrow();
+                assert_eq!(arrow_widens(&from.arrow(), &to.arrow()), from.widens_to(to) && !same_arrow, "{from:?} -> {to:?}");
+            }
         }
     }
 

@@ -111,6 +111,20 @@ pub struct StageError {
     pub source: Box<dyn std::error::Error + Send + Sync>,
     /// Whether waiting and starting the stage again may cure it.
     retriable: bool,
+    /// What the operator must do about it.
+    reason: StopReason,
+}
+
+/// Why a stage stopped, for the operator (the process's exit code tells them apart).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An error: look at its message.
+    #[default]
+    Failed,
+    /// The source table's schema changed in a way the stream may not go past on its own: a
+    /// decision is needed (`docs/schema-changes.md`).
+    SchemaChanged,
 }
 
 /// An error that knows whether waiting may cure it. Each stage's error enum implements it, so
@@ -120,27 +134,37 @@ pub trait Retriable: std::error::Error + Send + Sync + 'static {
     /// restarting, a timeout, throttling, a 5xx answer, a commit conflict. Bad
     /// configuration, undecodable data and broken invariants are not.
     fn is_retriable(&self) -> bool;
+
+    /// What the operator must do about it when it stops the stage. Default: look at it.
+    fn stop_reason(&self) -> StopReason {
+        StopReason::Failed
+    }
 }
 
 impl StageError {
     /// A fatal cause: the stage stops.
     pub fn new(connector: &str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        Self { connector: connector.to_owned(), source: source.into(), retriable: false }
+        Self { connector: connector.to_owned(), source: source.into(), retriable: false, reason: StopReason::Failed }
     }
 
     /// A transient cause: the supervisor starts the stage again after a wait.
     pub fn transient(connector: &str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        Self { connector: connector.to_owned(), source: source.into(), retriable: true }
+        Self { connector: connector.to_owned(), source: source.into(), retriable: true, reason: StopReason::Failed }
     }
 
     /// Wraps a cause that says itself whether it is transient.
     pub fn from_cause<E: Retriable>(connector: &str, cause: E) -> Self {
-        let retriable = cause.is_retriable();
-        Self { connector: connector.to_owned(), source: Box::new(cause), retriable }
+        let (retriable, reason) = (cause.is_retriable(), cause.stop_reason());
+        Self { connector: connector.to_owned(), source: Box::new(cause), retriable, reason }
     }
 
     /// Whether the supervisor retries it.
     pub fn is_retriable(&self) -> bool {
         self.retriable
+    }
+
+    /// What the operator must do about it.
+    pub fn reason(&self) -> StopReason {
+        self.reason
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{Position, Setup, Step, Stream};
-use crate::config::OnDataLoss;
+use crate::config::{OnDataLoss, SchemaChangePolicy};
 use crate::connection::TdsClient;
 use crate::error::SourceError;
 use crate::publish::Producing;
@@ -53,7 +53,7 @@ struct Rows {
 impl Stream {
     /// Plans, reads, publishes and records one batch; `Idle` when there was nothing worth a
     /// record.
-    pub(super) async fn batch(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, state: ServerState) -> Result<Step, SourceError> {
+    pub(super) async fn batch(&self, conn: &mut TdsClient, setup: &mut Setup, position: &mut Position, state: ServerState) -> Result<Step, SourceError> {
         let started = Instant::now();
         if self.options.on_data_loss == OnDataLoss::Resnapshot
             && state.max_lsn != Lsn::ZERO
@@ -63,9 +63,13 @@ impl Stream {
             self.resnapshot_after_loss(setup, position, lost)?;
             return Ok(Step::Published);
         }
-        let Some(mut plan) = self.plan(conn, setup, position, &state).await? else {
+        let ahead = self.ddl_ahead(conn, setup, position, state.max_lsn).await?;
+        let Some(mut plan) = self.plan(conn, setup, position, &state, ahead.bound()).await? else {
             return Ok(Step::Idle);
         };
+        let schema_changes = self.apply_ddl(conn, setup, position, &ahead, plan.to).await?;
+        plan.events.extend(schema_changes);
+        let setup = &*setup;
         self.publisher.begin();
         let Some(rows) = self.read(conn, setup, position, &mut plan).await? else {
             // Cleanup overtook the read: the next step re-snapshots.
@@ -89,8 +93,10 @@ impl Stream {
         Ok(if plan.caught_up { Step::Idle } else { Step::Published })
     }
 
-    /// Plans the batch after `position`; `None` while CDC has captured nothing yet.
-    async fn plan(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, state: &ServerState) -> Result<Option<Plan>, SourceError> {
+    /// Plans the batch after `position`, ending at the first DDL ahead (`ddl`) when it reaches
+    /// it (under `schema_change_policy = "fail"`, just before it when commits come first);
+    /// `None` while CDC has captured nothing yet.
+    async fn plan(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, state: &ServerState, ddl: Option<Lsn>) -> Result<Option<Plan>, SourceError> {
         let ci = setup.instance.name.as_str();
         // An empty lsn_time_mapping (CDC enabled, nothing captured yet) reports a maximum of
         // zero while the capture instance already has its start LSN: nothing to read yet.
@@ -112,16 +118,30 @@ impl Stream {
             events.push(skipped);
         }
         let (zone, warnings) = zone_rule(setup, state);
-        let mut commits = if state.max_lsn > from {
-            reader::plan(conn, &self.connector, from, state.max_lsn, self.options.max_commits_per_batch).await?
+        let upto = ddl.map_or(state.max_lsn, |lsn| lsn.min(state.max_lsn));
+        let mut commits = if upto > from {
+            reader::plan(conn, &self.connector, from, upto, self.options.max_commits_per_batch).await?
         } else {
             Vec::new()
         };
-        let next_unread = match self.options.max_commits_per_batch {
+        let mut next_unread = match self.options.max_commits_per_batch {
             Some(limit) if commits.len() as u64 > limit => commits.pop(),
             _ => None,
         };
-        let to = commits.last().map_or(from, |c| c.lsn);
+        let mut to = commits.last().map_or(from, |c| c.lsn);
+        if let Some(ddl) = ddl.filter(|lsn| *lsn > from) {
+            let fail = self.options.schema_change_policy == SchemaChangePolicy::Fail;
+            if fail && let Some(cut) = commits.iter().position(|c| c.lsn >= ddl).filter(|i| *i > 0) {
+                // Under `fail` the commits before the DDL are a batch of their own.
+                next_unread = Some(commits[cut]);
+                commits.truncate(cut);
+                to = commits.last().map_or(from, |c| c.lsn);
+            } else if next_unread.is_none() && to < ddl {
+                // The batch carrying the DDL ends with it, also where cdc.lsn_time_mapping
+                // has no commit at its LSN.
+                to = ddl;
+            }
+        }
         let utc = commit_times(&zone, &commits, position.last_commit_ts);
         Ok(Some(Plan {
             from,
@@ -307,6 +327,9 @@ impl Position {
     /// Past a published batch.
     pub(super) fn advance(&mut self, record: &ControlRecord) {
         self.lsn = record.to_lsn;
+        if self.log_schema.as_ref() != Some(&record.schema) {
+            self.log_schema = Some(record.schema.clone());
+        }
         self.next_batch_id += 1;
         self.last_published = Instant::now();
         if record.max_commit_ts.is_some() {

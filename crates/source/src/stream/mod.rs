@@ -4,6 +4,7 @@
 
 mod batch;
 mod chunked;
+mod ddl;
 mod offset;
 mod seed;
 mod snapshot;
@@ -93,6 +94,9 @@ struct Position {
     backfill: chunked::Backfill,
     /// The chunk readers' connections, kept between waves.
     readers: Vec<TdsClient>,
+    /// The log's schema: the last control record's (`None` before the first). DDL ahead is
+    /// judged against it.
+    log_schema: Option<TableSchema>,
 }
 
 /// One capture instance's stream.
@@ -230,9 +234,9 @@ impl Stream {
         }
         // A chunked snapshot's waves run when the stream has caught up with the server.
         let max_lsn = state.max_lsn;
-        let step = self.batch(conn, setup, position, state).await?;
+        let step = self.batch(conn, ready, position, state).await?;
         let caught_up = position.lsn >= max_lsn || matches!(step, Step::Idle);
-        match self.chunked_wave(conn, setup, position, caught_up).await? {
+        match self.chunked_wave(conn, ready, position, caught_up).await? {
             chunked::Wave::Read => Ok(Step::Published),
             // `mssql-cdc backfill` stops where the stage would wait.
             chunked::Wave::Held if self.request.is_some() => Ok(Step::Done),
@@ -304,6 +308,7 @@ impl Stream {
                     generation: record.generation,
                     last_published: Instant::now(),
                     last_commit_ts: record.max_commit_ts.or(record.last_commit_ts),
+                    log_schema: Some(record.schema),
                     snapshot: record.snapshot,
                     open_next: None,
                     snapshot_txn: false,
@@ -326,6 +331,7 @@ impl Stream {
                     generation: 0,
                     last_published: Instant::now() - Duration::from_secs(86_400),
                     last_commit_ts: None,
+                    log_schema: None,
                     snapshot: None,
                     open_next: bootstrap.then_some(snapshot::Opening { kind: SnapshotKind::Bootstrap, lost: None, seed: None }),
                     snapshot_txn: false,

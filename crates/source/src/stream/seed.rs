@@ -238,6 +238,7 @@ mod tests {
             pace: None,
             backfill: super::super::chunked::Backfill::default(),
             readers: Vec::new(),
+            log_schema: None,
         }
     }
 

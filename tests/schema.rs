@@ -1,0 +1,410 @@
+//! Schema changes (`docs/schema-changes.md`): DDL on a captured table while a workload runs,
+//! through the three stages as processes, checked by independent readers (Python `deltalake`
+//! for the tables, the change table over TDS for the truth).
+// A test panics on what it did not expect: that is the failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+
+use mssql_cdc_core::log::control::Event;
+use mssql_cdc_core::log::schema::ColumnType;
+use mssql_cdc_core::log::ControlRecord;
+use mssql_cdc_sim::client::BlockingClient;
+use mssql_cdc_sim::workload::SqlClient;
+use mssql_cdc_testkit::files::{bronze_toml, silver_toml, source_toml, worker_toml};
+
+use crate::support::pipeline::Lake;
+use crate::support::source::{controls, exec, query_rows, wait_caught_up};
+use crate::support::{run_python, spawn_stage, unique, write_file, SimServer, StageProcess, TestBroker};
+
+/// Exit code of `mssql-cdc run` when a stage stopped on a schema change.
+const EXIT_SCHEMA_CHANGED: i32 = 3;
+
+/// Reads silver's rows and column types, bronze's change coordinates and column types, and the
+/// schema_change facts rows' details. Prints one JSON object.
+const READ: &str = r#"
+import sys, json
+from deltalake import DeltaTable
+silver, bronze, facts = sys.argv[1:4]
+def text(v):
+    # LSNs as `0x` and upper-case hex, whether stored as text or as bytes.
+    if v is None or isinstance(v, str):
+        return v
+    return "0x" + bytes(v).hex().upper()
+s = DeltaTable(silver).to_pyarrow_table()
+b = DeltaTable(bronze).to_pyarrow_table()
+f = DeltaTable(facts).to_pyarrow_table(columns=["app_id", "batch_id", "event", "detail"]).to_pylist()
+out = {
+    "silver_types": {field.name: str(field.type) for field in s.schema},
+    "silver": [[r["id"], r["qty"], r["label"], r.get("note")] for r in s.to_pylist()],
+    "bronze_types": {field.name: str(field.type) for field in b.schema},
+    "bronze": [[text(r["_start_lsn"]), text(r["_seqval"]), r["_operation"]] for r in b.select(["_start_lsn", "_seqval", "_operation"]).to_pylist()],
+    "schema_changes": sorted([[r["batch_id"], json.loads(r["detail"])] for r in f if r["event"] == "schema_change" and r["app_id"] == "items-bronze"], key=lambda r: (r[0], r[1]["ddl_lsn"])),
+}
+print(json.dumps(out))
+sys.stdout.flush()
+import os
+os._exit(0)
+"#;
+
+/// `dbo.items` with CDC on (capture instance `dbo_items`), the broker, and the stages' files.
+struct Items {
+    sim: SimServer,
+    broker: TestBroker,
+    dir: tempfile::TempDir,
+    lake: Lake,
+    topic: String,
+    worker: PathBuf,
+    prefix: String,
+}
+
+impl Items {
+    async fn start(qty_type: &str) -> Self {
+        let sim = SimServer::start(&[]).unwrap();
+        let broker = TestBroker::start().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::local(dir.path());
+        let prefix = unique("schema");
+        let topic = format!("{prefix}.sales.dbo.items");
+        let worker = write_file(dir.path(), "worker.toml", &worker_toml(&broker.bootstrap, ""));
+        exec(
+            &sim.client_config(),
+            &format!(
+                "CREATE TABLE dbo.items (id int NOT NULL PRIMARY KEY, qty {qty_type} NOT NULL, label nvarchar(40) NULL, note nvarchar(100) NULL);
+                 EXEC sys.sp_cdc_enable_db;
+                 EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'items', @role_name = NULL, @capture_instance = N'dbo_items';"
+            ),
+        )
+        .await;
+        Self { sim, broker, dir, lake, topic, worker, prefix }
+    }
+
+    /// A source connector file for `dbo_items` with `extra` options, written as `name`.
+    fn source_file(&self, name: &str, extra: &str) -> PathBuf {
+        let text = source_toml("items-source", self.sim.address.port(), &self.prefix, &format!("max_commits_per_batch = 20\n{extra}")).replace("[\"dbo_orders\"]", "[\"dbo_items\"]");
+        write_file(self.dir.path(), name, &text)
+    }
+
+    fn source(&self, file: &str, extra: &str) -> StageProcess {
+        let connector = self.source_file(file, extra);
+        spawn_stage(&self.worker, &connector, &[])
+    }
+
+    fn sinks(&self) -> Vec<StageProcess> {
+        let bronze = write_file(self.dir.path(), "bronze.toml", &bronze_toml("items", &self.topic, "items-bronze", &self.lake, ""));
+        let silver = write_file(self.dir.path(), "silver.toml", &silver_toml("items-silver", "items-bronze", "items-silver", &self.lake, ""));
+        vec![spawn_stage(&self.worker, &bronze, &[]), spawn_stage(&self.worker, &silver, &[])]
+    }
+
+    /// The change table's coordinates over TDS.
+    async fn truth(&self) -> Vec<(String, String, i64)> {
+        let rows = query_rows(&self.sim.client_config(), "SELECT __$start_lsn, __$seqval, __$operation FROM cdc.dbo_items_CT").await;
+        let hex = mssql_cdc_testkit::sql::hex;
+        let mut truth: Vec<_> = rows.iter().map(|r| (hex(r.get::<&[u8], _>(0).unwrap()), hex(r.get::<&[u8], _>(1).unwrap()), i64::from(r.get::<i32, _>(2).unwrap()))).collect();
+        truth.sort();
+        truth
+    }
+
+    /// `(id, qty, label)` of `dbo.items` over TDS, by id.
+    async fn table(&self) -> Vec<(i64, i64, Option<String>)> {
+        let rows = query_rows(&self.sim.client_config(), "SELECT id, CAST(qty AS bigint), label FROM dbo.items").await;
+        let mut rows: Vec<_> = rows.iter().map(|r| (i64::from(r.get::<i32, _>(0).unwrap()), r.get::<i64, _>(1).unwrap(), r.get::<&str, _>(2).map(str::to_owned))).collect();
+        rows.sort();
+        rows
+    }
+
+    fn read(&self) -> serde_json::Value {
+        let output = run_python(READ, &[&self.lake.table("silver"), &self.lake.table("items-bronze"), &self.lake.table("facts")]);
+        serde_json::from_str(output.trim()).unwrap_or_else(|e| panic!("reader output is JSON ({e}): {output}"))
+    }
+}
+
+/// DML on `dbo.items` from a thread of its own, shaped by the phase the test sets: inserts,
+/// updates and deletes at about 100 statements/s; after phase 1 rows carry `region`, after
+/// phase 2 quantities beyond `int`, after phase 3 labels beyond 40 characters, from phase 4 on
+/// no `note` (phase 5: after it was dropped). `seen` acknowledges the phase each statement ran
+/// in.
+struct Workload {
+    phase: Arc<AtomicU8>,
+    seen: Arc<AtomicU8>,
+    stop: Arc<AtomicBool>,
+    /// Ids written (inserted or updated) from phase 5 on.
+    after_drop: Arc<Mutex<BTreeSet<i64>>>,
+    handle: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Workload {
+    fn start(sim: &SimServer, seed: u64) -> Self {
+        let (phase, seen, stop, after_drop) = (Arc::new(AtomicU8::new(0)), Arc::new(AtomicU8::new(0)), Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(BTreeSet::new())));
+        let config = sim.client_config();
+        let (p, s, halt, touched) = (phase.clone(), seen.clone(), stop.clone(), after_drop.clone());
+        let handle = std::thread::spawn(move || {
+            let mut client = BlockingClient::connect(&config).expect("login");
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let (mut next_id, mut statements) = (1i64, 0u64);
+            while !halt.load(Ordering::SeqCst) {
+                let phase = p.load(Ordering::SeqCst);
+                let qty: i64 = if phase >= 2 && rng.random_bool(0.5) { rng.random_range(3_000_000_000..9_000_000_000) } else { rng.random_range(0..1000) };
+                let label = if phase >= 3 && rng.random_bool(0.5) { "L".repeat(rng.random_range(41..180)) } else { format!("l{}", rng.random_range(0..100)) };
+                let existing = (next_id > 1).then(|| rng.random_range(1..next_id));
+                let choice = rng.random_range(0..10);
+                let (sql, id) = match (choice, existing) {
+                    (0..=5, _) | (_, None) => {
+                        let id = next_id;
+                        next_id += 1;
+                        let mut columns = vec!["id", "qty", "label"];
+                        let mut values = vec![id.to_string(), qty.to_string(), format!("N'{label}'")];
+                        if phase < 4 {
+                            columns.push("note");
+                            values.push(format!("N'n{id}'"));
+                        }
+                        if phase >= 1 {
+                            columns.push("region");
+                            values.push(format!("N'r{}'", id % 5));
+                        }
+                        (format!("INSERT INTO dbo.items ({}) VALUES ({})", columns.join(", "), values.join(", ")), Some(id))
+                    }
+                    (6..=8, Some(id)) => (format!("UPDATE dbo.items SET qty = {qty}, label = N'{label}' WHERE id = {id}"), Some(id)),
+                    (_, Some(id)) => (format!("DELETE FROM dbo.items WHERE id = {id}"), None),
+                };
+                client.execute(&sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}"));
+                if phase >= 5
+                    && let Some(id) = id
+                {
+                    touched.lock().unwrap().insert(id);
+                }
+                s.store(phase, Ordering::SeqCst);
+                statements += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            statements
+        });
+        Self { phase, seen, stop, after_drop, handle: Some(handle) }
+    }
+
+    /// Moves to `phase` and waits until a statement ran in it.
+    async fn enter(&self, phase: u8) {
+        self.phase.store(phase, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.seen.load(Ordering::SeqCst) != phase {
+            assert!(Instant::now() < deadline, "the workload did not reach phase {phase}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn finish(mut self) -> (u64, BTreeSet<i64>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let statements = self.handle.take().unwrap().join().expect("the workload ran every statement");
+        (statements, self.after_drop.lock().unwrap().clone())
+    }
+}
+
+/// The `schema_change` events of the control records, with their batches.
+fn schema_changes(controls: &[ControlRecord]) -> Vec<(&ControlRecord, &mssql_cdc_core::log::control::SchemaChange)> {
+    controls
+        .iter()
+        .flat_map(|c| {
+            c.events.iter().filter_map(move |e| match e {
+                Event::SchemaChange(change) => Some((c, change)),
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+/// Under a running workload: a column added, `int → bigint` and `nvarchar(40) →
+/// nvarchar(200)` widened, a column dropped. The stream goes on past each (classify): each DDL
+/// ends its batch and is one `schema_change` event and facts row saying what it did; the log's
+/// schema version changes once, at the widening, with the column's new type; bronze and silver
+/// take the wider type and values only it holds; silver keeps the dropped column, NULL on rows
+/// written after the drop; silver equals the table over TDS and bronze holds every change of
+/// the change table once.
+#[tokio::test(flavor = "multi_thread")]
+async fn ddl_under_a_running_workload_flows_through_to_silver() {
+    let items = Items::start("int").await;
+    let mut source = items.source("source.toml", "");
+    mssql_cdc_testkit::kafka::wait_for_topic(&items.broker.kafka(), &format!("{}.control", items.topic), Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", source.logs()));
+    let mut sinks = items.sinks();
+    let workload = Workload::start(&items.sim, 7);
+    let config = items.sim.client_config();
+    let pause = || tokio::time::sleep(Duration::from_millis(1500));
+    pause().await;
+    exec(&config, "ALTER TABLE dbo.items ADD region nvarchar(20) NULL").await;
+    workload.enter(1).await;
+    pause().await;
+    exec(&config, "ALTER TABLE dbo.items ALTER COLUMN qty bigint NOT NULL").await;
+    workload.enter(2).await;
+    pause().await;
+    exec(&config, "ALTER TABLE dbo.items ALTER COLUMN label nvarchar(200) NULL").await;
+    workload.enter(3).await;
+    pause().await;
+    workload.enter(4).await;
+    exec(&config, "ALTER TABLE dbo.items DROP COLUMN note").await;
+    workload.enter(5).await;
+    pause().await;
+    let (statements, after_drop) = workload.finish();
+    assert!(statements > 100, "the workload ran ({statements} statements)");
+
+    let controls = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(120)).await;
+    if let Err(error) = source.process().alive() {
+        panic!("the source stopped: {error}\n{}", source.logs());
+    }
+    let last = controls.last().unwrap().batch_id as i64;
+
+    // The log: four schema_change events, each ending its batch, saying what the DDL did.
+    let changes = schema_changes(&controls);
+    let commands: Vec<&str> = changes.iter().map(|(_, c)| c.command.as_str()).collect();
+    assert_eq!(changes.len(), 4, "one event per DDL: {commands:?}");
+    for (control, change) in &changes {
+        assert_eq!(control.to_lsn, change.ddl_lsn, "the batch carrying `{}` ends with it", change.command);
+    }
+    let (add, qty, label, drop) = (changes[0].1, changes[1].1, changes[2].1, changes[3].1);
+    assert!(add.command.contains("ADD region") && add.widened.is_empty() && add.not_captured == ["region"], "{add:?}");
+    assert!(qty.required_column_update && qty.widened.len() == 1 && qty.widened[0].column == "qty", "{qty:?}");
+    assert_eq!((qty.widened[0].from, qty.widened[0].to), (ColumnType::Int32, ColumnType::Int64));
+    assert!(label.required_column_update && label.widened.is_empty(), "nvarchar(40) -> nvarchar(200) is the same log type: {label:?}");
+    assert!(drop.command.contains("DROP COLUMN note") && drop.dropped == ["note"], "{drop:?}");
+    let versions: Vec<u64> = controls.iter().map(|c| c.schema_version).collect();
+    let switches: Vec<usize> = (1..versions.len()).filter(|i| versions[*i] != versions[i - 1]).collect();
+    assert_eq!(switches.len(), 1, "the schema version changes once, at the widening: {switches:?}");
+    let widened_at = &controls[switches[0]];
+    assert!(schema_changes(std::slice::from_ref(widened_at)).iter().any(|(_, c)| c.ddl_lsn == qty.ddl_lsn), "the new version starts with the widening's batch");
+    assert_eq!(widened_at.schema.columns.iter().find(|c| c.name == "qty").unwrap().ty, ColumnType::Int64);
+
+    // The sinks catch up.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let found = loop {
+        for sink in sinks.iter_mut() {
+            if let Err(error) = sink.process().alive() {
+                panic!("the {} stage stopped: {error}\n{}", sink.name(), sink.logs());
+            }
+        }
+        let applied = run_python(
+            "import sys\nfrom deltalake import DeltaTable\ntry:\n    print(max(r['applied_batch'] for r in DeltaTable(sys.argv[1]).to_pyarrow_table(columns=['applied_batch']).to_pylist()))\nexcept Exception:\n    print(-1)\nimport os\nsys.stdout.flush()\nos._exit(0)\n",
+            &[&items.lake.table("control")],
+        );
+        if applied.trim().parse::<i64>().unwrap_or(-1) >= last {
+            break items.read();
+        }
+        assert!(Instant::now() < deadline, "silver did not apply batch {last} in time:\n{}\n{}", sinks[0].logs(), sinks[1].logs());
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    };
+
+    // Bronze: every change once, `qty` widened.
+    let bronze: Vec<(String, String, i64)> = {
+        let mut rows: Vec<_> = found["bronze"].as_array().unwrap().iter().map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap())).collect();
+        rows.sort();
+        rows
+    };
+    assert_eq!(bronze, items.truth().await, "bronze holds every change of cdc.dbo_items_CT once");
+    assert_eq!(found["bronze_types"]["qty"], "int64", "bronze widened qty");
+
+    // Silver: equal to the table on the columns the log carries; the dropped column kept.
+    assert_eq!(found["silver_types"]["qty"], "int64", "silver widened qty");
+    assert!(found["silver_types"].get("region").is_none(), "region is not captured by dbo_items: {}", found["silver_types"]);
+    assert!(found["silver_types"].get("note").is_some(), "silver keeps the dropped column");
+    let silver = found["silver"].as_array().unwrap();
+    let mut rows: Vec<(i64, i64, Option<String>)> = silver.iter().map(|r| (r[0].as_i64().unwrap(), r[1].as_i64().unwrap(), r[2].as_str().map(str::to_owned))).collect();
+    rows.sort();
+    let table = items.table().await;
+    assert!(table.iter().any(|r| r.1 > i64::from(i32::MAX)), "the workload wrote quantities beyond int");
+    assert!(table.iter().any(|r| r.2.as_ref().is_some_and(|l| l.len() > 40)), "the workload wrote labels beyond 40 characters");
+    assert_eq!(rows, table, "silver equals dbo.items over TDS on id, qty, label");
+    let after: Vec<&serde_json::Value> = silver.iter().filter(|r| after_drop.contains(&r[0].as_i64().unwrap())).collect();
+    assert!(!after.is_empty() && after.iter().all(|r| r[3].is_null()), "rows written after the drop read NULL in note");
+    assert!(silver.iter().any(|r| !r[3].is_null()), "rows untouched since the drop keep their note");
+
+    // Facts: one schema_change row per event, with its detail.
+    let facts = found["schema_changes"].as_array().unwrap();
+    let facts_lsns: Vec<&str> = facts.iter().map(|f| f[1]["ddl_lsn"].as_str().unwrap()).collect();
+    let lsns: Vec<String> = changes.iter().map(|(_, c)| c.ddl_lsn.to_string()).collect();
+    assert_eq!(facts_lsns, lsns, "one schema_change facts row of the bronze sink per event");
+    assert!(facts.iter().any(|f| f[1]["widened"][0]["column"] == "qty"), "the facts detail names the widened column");
+
+    for stage in sinks.iter_mut().chain([&mut source]) {
+        assert!(stage.stop().is_some_and(|s| s.success()), "{} exits cleanly:\n{}", stage.name(), stage.logs());
+    }
+}
+
+/// Runs `mssql-cdc run` with a source file until it exits on its own: its exit code and logs.
+fn run_until_exit(items: &Items, file: &str, extra: &str) -> (Option<i32>, String) {
+    let mut source = items.source(file, extra);
+    let status = source.process().wait(Duration::from_secs(60));
+    let logs = source.logs();
+    assert!(status.is_some(), "the source kept running:\n{logs}");
+    (status.and_then(|s| s.code()), logs)
+}
+
+/// `schema_change_policy = "fail"` publishes the changes before the first DDL, then stops with
+/// the schema-changed exit code naming the DDL; a restart with `classify` goes past it, with
+/// the `schema_change` event.
+#[tokio::test(flavor = "multi_thread")]
+async fn fail_stops_on_the_first_ddl_and_classify_goes_past_it() {
+    let items = Items::start("int").await;
+    let config = items.sim.client_config();
+    exec(&config, "INSERT INTO dbo.items (id, qty, label) VALUES (1, 1, N'a'); INSERT INTO dbo.items (id, qty, label) VALUES (2, 2, N'b')").await;
+    exec(&config, "ALTER TABLE dbo.items ADD region nvarchar(20) NULL").await;
+    exec(&config, "INSERT INTO dbo.items (id, qty, label, region) VALUES (3, 3, N'c', N'x')").await;
+    let ddl_lsn = {
+        let rows = query_rows(&config, "SELECT ddl_lsn FROM cdc.ddl_history").await;
+        mssql_cdc_testkit::sql::hex(rows[0].get::<&[u8], _>(0).unwrap())
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (code, logs) = run_until_exit(&items, "fail.toml", "schema_change_policy = \"fail\"");
+    assert_eq!(code, Some(EXIT_SCHEMA_CHANGED), "the schema-changed exit code:\n{logs}");
+    assert!(logs.contains("ADD region") && logs.contains(&ddl_lsn) && logs.contains("schema_change_policy"), "the stop names the DDL, its LSN and the policy:\n{logs}");
+    let before = controls(&items.broker.bootstrap, &items.topic);
+    assert!(before.iter().all(|c| c.to_lsn.to_string() < ddl_lsn), "nothing at or past the DDL was published");
+    assert_eq!(before.iter().map(|c| c.rows).sum::<u64>(), 2, "the two inserts before the DDL were published");
+    // Stopped again on a restart with `fail`: the batch holds the same DDL.
+    let (again, _) = run_until_exit(&items, "fail.toml", "schema_change_policy = \"fail\"");
+    assert_eq!(again, Some(EXIT_SCHEMA_CHANGED));
+
+    let mut source = items.source("classify.toml", "");
+    let controls = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(60)).await;
+    let changes = schema_changes(&controls);
+    assert_eq!(changes.len(), 1, "classify publishes the DDL as one event");
+    assert_eq!(changes[0].1.ddl_lsn.to_string(), ddl_lsn);
+    assert_eq!(controls.iter().map(|c| c.rows).sum::<u64>(), 3, "every insert published once");
+    assert!(source.stop().is_some_and(|s| s.success()), "{}", source.logs());
+}
+
+/// `classify` stops on a narrowing type change before a row of its batch is read, naming the
+/// column and the cast that keeps the log's type; a restart stops again (the check is against
+/// the log's schema); with the cast the stream goes past, the log's type unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn classify_stops_on_a_narrowing_until_a_cast_keeps_the_log_type() {
+    let items = Items::start("bigint").await;
+    let config = items.sim.client_config();
+    let mut source = items.source("source.toml", "");
+    exec(&config, "INSERT INTO dbo.items (id, qty, label) VALUES (1, 5, N'a')").await;
+    let first = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(60)).await;
+    assert_eq!(first.iter().map(|c| c.rows).sum::<u64>(), 1);
+    exec(&config, "UPDATE dbo.items SET qty = 7 WHERE id = 1").await;
+    exec(&config, "ALTER TABLE dbo.items ALTER COLUMN qty int NOT NULL").await;
+    exec(&config, "INSERT INTO dbo.items (id, qty, label) VALUES (2, 2, N'b')").await;
+    let status = source.process().wait(Duration::from_secs(60));
+    let logs = source.logs();
+    assert_eq!(status.and_then(|s| s.code()), Some(EXIT_SCHEMA_CHANGED), "the schema-changed exit code:\n{logs}");
+    assert!(logs.contains("`qty`") && logs.contains("qty bigint"), "the stop names the column and the cast:\n{logs}");
+    let stopped = controls(&items.broker.bootstrap, &items.topic);
+    assert_eq!(stopped.iter().map(|c| c.rows).sum::<u64>(), 1, "no row after the narrowing was read");
+    let (again, _) = run_until_exit(&items, "again.toml", "");
+    assert_eq!(again, Some(EXIT_SCHEMA_CHANGED), "a restart stops again");
+
+    let mut source = items.source("cast.toml", "columns = [\"id\", \"qty bigint\", \"label\", \"note\"]");
+    let controls = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(60)).await;
+    assert_eq!(controls.iter().map(|c| c.rows).sum::<u64>(), 4, "insert, update (two images), insert: each once");
+    let last = controls.last().unwrap();
+    assert_eq!(last.schema.columns.iter().find(|c| c.name == "qty").unwrap().ty, ColumnType::Int64, "the log keeps bigint");
+    let change = schema_changes(&controls);
+    assert_eq!(change.len(), 1, "the DDL is one event");
+    assert!(change[0].1.widened.is_empty(), "{:?}", change[0].1);
+    assert!(source.stop().is_some_and(|s| s.success()), "{}", source.logs());
+}
