@@ -42,7 +42,7 @@ b = DeltaTable(bronze).to_pyarrow_table()
 f = DeltaTable(facts).to_pyarrow_table(columns=["app_id", "batch_id", "event", "detail"]).to_pylist()
 out = {
     "silver_types": {field.name: str(field.type) for field in s.schema},
-    "silver": [[r["id"], r["qty"], r["label"], r.get("note")] for r in s.to_pylist()],
+    "silver": [[r["id"], r["qty"], r["label"], r.get("note"), r.get("region")] for r in s.to_pylist()],
     "bronze_types": {field.name: str(field.type) for field in b.schema},
     "bronze": [[text(r["_start_lsn"]), text(r["_seqval"]), r["_operation"]] for r in b.select(["_start_lsn", "_seqval", "_operation"]).to_pylist()],
     "schema_changes": sorted([[r["batch_id"], json.loads(r["detail"])] for r in f if r["event"] == "schema_change" and r["app_id"] == "items-bronze"], key=lambda r: (r[0], r[1]["ddl_lsn"])),
@@ -109,6 +109,34 @@ impl Items {
         let mut truth: Vec<_> = rows.iter().map(|r| (hex(r.get::<&[u8], _>(0).unwrap()), hex(r.get::<&[u8], _>(1).unwrap()), i64::from(r.get::<i32, _>(2).unwrap()))).collect();
         truth.sort();
         truth
+    }
+
+    /// `(start_lsn, seqval, operation, id)` of a change table over TDS.
+    async fn change_rows(&self, instance: &str) -> Vec<((String, String, i64), i64)> {
+        let rows = query_rows(&self.sim.client_config(), &format!("SELECT __$start_lsn, __$seqval, __$operation, id FROM cdc.{instance}_CT")).await;
+        let hex = mssql_cdc_testkit::sql::hex;
+        rows.iter().map(|r| ((hex(r.get::<&[u8], _>(0).unwrap()), hex(r.get::<&[u8], _>(1).unwrap()), i64::from(r.get::<i32, _>(2).unwrap())), i64::from(r.get::<i32, _>(3).unwrap()))).collect()
+    }
+
+    /// Waits for silver to apply batch `last`, the sinks staying up; then reads the tables.
+    async fn read_when_applied(&self, sinks: &mut [StageProcess], last: i64) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            for sink in sinks.iter_mut() {
+                if let Err(error) = sink.process().alive() {
+                    panic!("the {} stage stopped: {error}\n{}", sink.name(), sink.logs());
+                }
+            }
+            let applied = run_python(
+                "import sys\nfrom deltalake import DeltaTable\ntry:\n    print(max(r['applied_batch'] for r in DeltaTable(sys.argv[1]).to_pyarrow_table(columns=['applied_batch']).to_pylist()))\nexcept Exception:\n    print(-1)\nimport os\nsys.stdout.flush()\nos._exit(0)\n",
+                &[&self.lake.table("control")],
+            );
+            if applied.trim().parse::<i64>().unwrap_or(-1) >= last {
+                return self.read();
+            }
+            assert!(Instant::now() < deadline, "silver did not apply batch {last} in time:\n{}\n{}", sinks[0].logs(), sinks[1].logs());
+            tokio::time::sleep(Duration::from_millis(700)).await;
+        }
     }
 
     /// `(id, qty, label)` of `dbo.items` over TDS, by id.
@@ -278,23 +306,7 @@ async fn ddl_under_a_running_workload_flows_through_to_silver() {
     assert_eq!(widened_at.schema.columns.iter().find(|c| c.name == "qty").unwrap().ty, ColumnType::Int64);
 
     // The sinks catch up.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let found = loop {
-        for sink in sinks.iter_mut() {
-            if let Err(error) = sink.process().alive() {
-                panic!("the {} stage stopped: {error}\n{}", sink.name(), sink.logs());
-            }
-        }
-        let applied = run_python(
-            "import sys\nfrom deltalake import DeltaTable\ntry:\n    print(max(r['applied_batch'] for r in DeltaTable(sys.argv[1]).to_pyarrow_table(columns=['applied_batch']).to_pylist()))\nexcept Exception:\n    print(-1)\nimport os\nsys.stdout.flush()\nos._exit(0)\n",
-            &[&items.lake.table("control")],
-        );
-        if applied.trim().parse::<i64>().unwrap_or(-1) >= last {
-            break items.read();
-        }
-        assert!(Instant::now() < deadline, "silver did not apply batch {last} in time:\n{}\n{}", sinks[0].logs(), sinks[1].logs());
-        tokio::time::sleep(Duration::from_millis(700)).await;
-    };
+    let found = items.read_when_applied(&mut sinks, last).await;
 
     // Bronze: every change once, `qty` widened.
     let bronze: Vec<(String, String, i64)> = {
@@ -407,4 +419,102 @@ async fn classify_stops_on_a_narrowing_until_a_cast_keeps_the_log_type() {
     assert_eq!(change.len(), 1, "the DDL is one event");
     assert!(change[0].1.widened.is_empty(), "{:?}", change[0].1);
     assert!(source.stop().is_some_and(|s| s.success()), "{}", source.logs());
+}
+
+/// The switch event of the control records, with the batch carrying it.
+fn switches(controls: &[ControlRecord]) -> Vec<(&ControlRecord, &Event)> {
+    controls.iter().flat_map(|c| c.events.iter().filter(|e| e.name() == "capture_instance_switched").map(move |e| (c, e))).collect()
+}
+
+/// Rolling a table onto a new capture instance under a running workload, as the runbook does
+/// it: a column added, a second instance enabled that captures it, the old one disabled; the
+/// source SIGKILLed just after the switch and again after the disable. The stream moves to the
+/// new instance on its own, once, without a data-loss stop; bronze holds every change once
+/// (the old change table up to the switch, the new one after it); silver equals the table over
+/// TDS, with the new column on rows changed since the switch and NULL on rows untouched since
+/// (no `snapshot_on_switch`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_rolls_onto_a_new_capture_instance_under_a_workload_and_sigkills() {
+    let items = Items::start("int").await;
+    let mut source = items.source("source.toml", "");
+    mssql_cdc_testkit::kafka::wait_for_topic(&items.broker.kafka(), &format!("{}.control", items.topic), Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", source.logs()));
+    let mut sinks = items.sinks();
+    let workload = Workload::start(&items.sim, 11);
+    let config = items.sim.client_config();
+    let pause = || tokio::time::sleep(Duration::from_millis(1500));
+    pause().await;
+    exec(&config, "ALTER TABLE dbo.items ADD region nvarchar(20) NULL").await;
+    workload.enter(1).await;
+    pause().await;
+    exec(&config, "EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'items', @role_name = NULL, @capture_instance = N'dbo_items_v2'").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let switched_at = loop {
+        let records = controls(&items.broker.bootstrap, &items.topic);
+        if let Some((control, _)) = switches(&records).first() {
+            break control.from_lsn.to_string();
+        }
+        assert!(Instant::now() < deadline, "the source did not move to dbo_items_v2:\n{}", source.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    source.kill();
+    source.respawn().unwrap();
+    pause().await;
+    // The old instance's changes up to the switch, kept before it is disabled.
+    let old: Vec<(String, String, i64)> = items.change_rows("dbo_items").await.into_iter().map(|(c, _)| c).filter(|c| c.0 <= switched_at).collect();
+    exec(&config, "EXEC sys.sp_cdc_disable_table @source_schema = N'dbo', @source_name = N'items', @capture_instance = N'dbo_items'").await;
+    pause().await;
+    // Configured `dbo_items` is gone: the stage resolves the table's newer instance.
+    source.kill();
+    source.respawn().unwrap();
+    pause().await;
+    let (statements, _) = workload.finish();
+    assert!(statements > 100, "the workload ran ({statements} statements)");
+
+    let records = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(120)).await;
+    if let Err(error) = source.process().alive() {
+        panic!("the source stopped: {error}\n{}", source.logs());
+    }
+    let found_switches = switches(&records);
+    assert_eq!(found_switches.len(), 1, "the switch happens once, across the SIGKILLs");
+    let (switch_batch, event) = found_switches[0];
+    let Event::CaptureInstanceSwitched { from, to, start_lsn, gained, lost } = event else { unreachable!() };
+    assert_eq!((from.as_str(), to.as_str()), ("dbo_items", "dbo_items_v2"));
+    assert_eq!((gained.as_slice(), lost.as_slice()), (&["region".to_owned()][..], &[][..]), "the new instance adds region");
+    assert!(switch_batch.from_lsn >= *start_lsn, "the new instance is read from its start LSN on");
+    assert!(records.iter().filter(|c| c.batch_id >= switch_batch.batch_id).all(|c| c.capture_instance == "dbo_items_v2"));
+    assert!(records.iter().filter(|c| c.batch_id < switch_batch.batch_id).all(|c| c.capture_instance == "dbo_items"));
+    assert!(switch_batch.schema.columns.iter().any(|c| c.name == "region"), "the switch batch's schema has region");
+
+    let found = items.read_when_applied(&mut sinks, records.last().unwrap().batch_id as i64).await;
+    // Bronze: the old change table up to the switch, the new one after it, each change once.
+    let new = items.change_rows("dbo_items_v2").await;
+    let mut truth: Vec<(String, String, i64)> = old.into_iter().chain(new.iter().map(|(c, _)| c.clone()).filter(|c| c.0 > switched_at)).collect();
+    truth.sort();
+    let mut bronze: Vec<(String, String, i64)> = found["bronze"].as_array().unwrap().iter().map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap())).collect();
+    bronze.sort();
+    assert_eq!(bronze, truth, "bronze holds every change once across the switch");
+    // Silver: equal to the table; region where the row changed since the switch.
+    let table = items.table().await;
+    let silver = found["silver"].as_array().unwrap();
+    let mut rows: Vec<(i64, i64, Option<String>)> = silver.iter().map(|r| (r[0].as_i64().unwrap(), r[1].as_i64().unwrap(), r[2].as_str().map(str::to_owned))).collect();
+    rows.sort();
+    assert_eq!(rows, table, "silver equals dbo.items over TDS on id, qty, label");
+    let regions = query_rows(&config, "SELECT id, region FROM dbo.items").await;
+    let changed_since: BTreeSet<i64> = new.iter().filter(|(c, _)| c.0 > switched_at).map(|(_, id)| *id).collect();
+    let mut checked = (0, 0);
+    for row in &regions {
+        let id = i64::from(row.get::<i32, _>(0).unwrap());
+        let in_silver = silver.iter().find(|r| r[0].as_i64() == Some(id)).unwrap();
+        if changed_since.contains(&id) {
+            assert_eq!(in_silver[4].as_str(), row.get::<&str, _>(1), "row {id} changed since the switch carries region");
+            checked.0 += 1;
+        } else {
+            assert!(in_silver[4].is_null(), "row {id}, untouched since the switch, reads NULL in region (no snapshot_on_switch)");
+            checked.1 += 1;
+        }
+    }
+    assert!(checked.0 > 0 && checked.1 > 0, "rows of both kinds: {checked:?}");
+    for stage in sinks.iter_mut().chain([&mut source]) {
+        assert!(stage.stop().is_some_and(|s| s.success()), "{} exits cleanly:\n{}", stage.name(), stage.logs());
+    }
 }

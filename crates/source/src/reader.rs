@@ -25,6 +25,23 @@ pub struct Instance {
     pub source_table: String,
     /// The key columns CDC tracks (its unique index).
     pub index_columns: Vec<String>,
+    /// Its low water mark (`start_lsn`): it holds every change after it.
+    pub start_lsn: Lsn,
+    /// When it was enabled (`create_date`, server-local): of two on a table, the later is the
+    /// newer.
+    pub created: Option<NaiveDateTime>,
+}
+
+impl Instance {
+    /// Whether `other` captures the same source table.
+    pub fn same_table(&self, other: &Instance) -> bool {
+        self.source_schema.eq_ignore_ascii_case(&other.source_schema) && self.source_table.eq_ignore_ascii_case(&other.source_table)
+    }
+
+    /// The default name SQL Server gives an instance of the table: `<schema>_<table>`.
+    pub fn default_name(&self) -> String {
+        format!("{}_{}", self.source_schema, self.source_table)
+    }
 }
 
 /// The server's CDC state before a batch.
@@ -83,8 +100,13 @@ pub async fn database_name(client: &mut TdsClient, connector: &Connector) -> Res
 /// Finds the configured capture instance: ignoring case, an exact match winning, and two that
 /// differ only in case refused.
 pub async fn resolve_instance(client: &mut TdsClient, connector: &Connector, wanted: &str) -> Result<Instance, SourceError> {
+    choose_instance(instances(client, connector).await?, wanted)
+}
+
+/// Every capture instance of the database (`sys.sp_cdc_help_change_data_capture`).
+pub async fn instances(client: &mut TdsClient, connector: &Connector) -> Result<Vec<Instance>, SourceError> {
     let rows = rows(client, connector, "EXEC sys.sp_cdc_help_change_data_capture", &[]).await?;
-    let all: Vec<Instance> = rows
+    Ok(rows
         .iter()
         .filter_map(|row| {
             Some(Instance {
@@ -92,18 +114,34 @@ pub async fn resolve_instance(client: &mut TdsClient, connector: &Connector, wan
                 source_table: text(row, 1)?,
                 name: text(row, 2)?,
                 index_columns: text(row, 13).map(|list| split_column_list(&list)).unwrap_or_default(),
+                start_lsn: lsn(row, 5).unwrap_or(Lsn::ZERO),
+                created: row.try_get::<NaiveDateTime, _>(12).ok().flatten(),
             })
         })
-        .collect();
-    choose_instance(all, wanted)
+        .collect())
 }
 
-/// The choice rule of [`resolve_instance`], pure.
+/// The newest of `all` on `of`'s table other than `of`, if it is newer than `of`.
+pub fn newer_instance<'a>(all: &'a [Instance], of: &Instance) -> Option<&'a Instance> {
+    let order = |i: &Instance| (i.created, i.start_lsn);
+    all.iter().filter(|i| i.same_table(of) && i.name != of.name && order(i) > order(of)).max_by_key(|i| order(i))
+}
+
+/// The choice rule of [`resolve_instance`], pure. A name no instance has, which is the default
+/// name of a table's instance (`<schema>_<table>`, as SQL Server names the first), resolves to
+/// that table's newest instance: the configured one was disabled after a newer replaced it.
 pub fn choose_instance(all: Vec<Instance>, wanted: &str) -> Result<Instance, SourceError> {
     if let Some(exact) = all.iter().find(|i| i.name == wanted) {
         return Ok(exact.clone());
     }
     let mut matches: Vec<Instance> = all.iter().filter(|i| i.name.to_lowercase() == wanted.to_lowercase()).cloned().collect();
+    let of_default: Vec<&Instance> = all.iter().filter(|i| i.default_name().eq_ignore_ascii_case(wanted)).collect();
+    if matches.is_empty()
+        && let Some(first) = of_default.first()
+    {
+        let newest = newer_instance(&all, first).unwrap_or(first);
+        return Ok(newest.clone());
+    }
     match matches.len() {
         1 => Ok(matches.remove(0)),
         0 => {
@@ -418,7 +456,25 @@ mod tests {
     use super::*;
 
     fn instance(name: &str) -> Instance {
-        Instance { name: name.into(), source_schema: "dbo".into(), source_table: "t".into(), index_columns: vec!["id".into()] }
+        Instance { name: name.into(), source_schema: "dbo".into(), source_table: "t".into(), index_columns: vec!["id".into()], start_lsn: Lsn::ZERO, created: None }
+    }
+
+    fn on_orders(name: &str, day: u32) -> Instance {
+        let created = chrono::NaiveDate::from_ymd_opt(2026, 1, day).and_then(|d| d.and_hms_opt(0, 0, 0));
+        Instance { source_table: "orders".into(), created, ..instance(name) }
+    }
+
+    /// Invariant: a disabled default-named instance resolves to its table's newest one; the
+    /// newer of two instances is the one enabled later.
+    #[test]
+    fn a_disabled_default_name_resolves_to_the_tables_newest_instance() {
+        let all = vec![on_orders("dbo_orders_v2", 2), on_orders("dbo_orders_v3", 3), instance("dbo_t")];
+        assert_eq!(choose_instance(all.clone(), "dbo_orders").unwrap().name, "dbo_orders_v3");
+        assert!(choose_instance(all.clone(), "dbo_items").is_err(), "not a default name of any table");
+        let old = on_orders("dbo_orders", 1);
+        assert_eq!(newer_instance(&all, &old).map(|i| i.name.as_str()), Some("dbo_orders_v3"));
+        assert!(newer_instance(&all, &all[1]).is_none(), "none newer than the newest");
+        assert!(newer_instance(&all, &all[2]).is_none(), "another table's instances are not newer");
     }
 
     #[test]

@@ -405,6 +405,24 @@ pub enum Event {
     /// DDL on the source table, committed in the batch (its last commit): what it did to the
     /// log's schema.
     SchemaChange(SchemaChange),
+    /// The stream moved to a newer capture instance of its table at `start_lsn`: the batch
+    /// reads the new instance from there on.
+    CaptureInstanceSwitched {
+        /// The instance read before.
+        from: String,
+        /// The instance read from now on.
+        to: String,
+        /// The new instance's low water mark S when the stream switched: it holds every change
+        /// after S; the old instance was read up to S.
+        #[serde(with = "lsn_hex")]
+        start_lsn: Lsn,
+        /// Columns the new instance captures and the old did not (NULL before the switch).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        gained: Vec<String>,
+        /// Columns the old instance captured and the new does not (NULL from the switch on).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        lost: Vec<String>,
+    },
     /// A re-snapshot is complete: downstream rebuilds from it; `lost` is the gap it repairs.
     Resnapshot {
         /// S.
@@ -429,6 +447,7 @@ impl Event {
             Self::Bootstrap { .. } => "bootstrap",
             Self::Resnapshot { .. } => "resnapshot",
             Self::SchemaChange(_) => "schema_change",
+            Self::CaptureInstanceSwitched { .. } => "capture_instance_switched",
         }
     }
 }
@@ -663,6 +682,7 @@ mod tests {
                 dropped: vec!["note".into()],
                 schema_version: 7,
             }),
+            Event::CaptureInstanceSwitched { from: "dbo_t".into(), to: "dbo_t_v2".into(), start_lsn: Lsn::ZERO, gained: vec!["region".into()], lost: vec!["note".into()] },
         ];
         let event_schema = &declared["events"]["items"]["properties"];
         for event in events {

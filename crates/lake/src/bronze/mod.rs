@@ -33,7 +33,7 @@ use self::feed::Feed;
 use crate::fault;
 use crate::delta::storage::Storage;
 use crate::delta::table as delta;
-use crate::delta::widen;
+use crate::delta::evolve;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::control::ControlRecord;
 use mssql_cdc_core::log::decode::confluent_schema_id;
@@ -291,7 +291,7 @@ impl Writer {
             None => delta::create(&self.settings.target, &self.storage, &batch.schema(), &records::comments(), &format!("mssql-cdc bronze of {}", self.settings.topic)).await?,
         };
         // A DDL widened a captured column: the table takes the wider type first.
-        let table = widen::widen_for(table, &batch.schema(), [("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id))]).await?;
+        let table = evolve::evolve_for(table, &batch.schema(), [("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id))]).await?;
         let metadata = [
             ("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id)),
             ("mssql_cdc.from_lsn".to_owned(), serde_json::json!(control.from_lsn.to_string())),

@@ -7,4 +7,4 @@ pub mod location;
 pub mod query;
 pub mod storage;
 pub mod table;
-pub mod widen;
+pub mod evolve;

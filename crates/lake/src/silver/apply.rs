@@ -30,7 +30,7 @@ use super::fold::{fold, silver_schema, FoldCounts, DELETE};
 use crate::delta::query::{ident, query};
 use crate::delta::storage::Storage;
 use crate::delta::table::{self as delta, table_url};
-use crate::delta::widen;
+use crate::delta::evolve;
 use mssql_cdc_core::log::schema::{COMMIT_TS, START_LSN};
 use crate::bronze::records::BATCH_ID;
 use crate::facts::{batch_facts_sql, read_batch_facts, BatchFact};
@@ -321,7 +321,7 @@ impl Applier {
     /// the row, a new key is inserted. "Newer" compares `_start_lsn`, so a replay changes nothing.
     async fn merge(&self, table: DeltaTable, folded: RecordBatch, keys: &[String], properties: CommitProperties, report: &mut StepReport) -> Result<DeltaTable, SilverError> {
         // A DDL widened a captured column: silver takes the wider type first.
-        let table = widen::widen_for(table, &silver_schema(&folded.schema()), []).await?;
+        let table = evolve::evolve_for(table, &silver_schema(&folded.schema()), []).await?;
         let folded = sorted(&folded, keys)?;
         let columns: Vec<String> = silver_schema(&folded.schema()).fields().iter().map(|f| f.name().clone()).collect();
         let mut on = keys.iter().map(|k| format!("target.{c} = source.{c}", c = ident(k))).collect::<Vec<_>>().join(" AND ");

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::switch::Follow;
 use super::{Position, Setup, Step, Stream};
 use crate::config::{OnDataLoss, SchemaChangePolicy};
 use crate::connection::TdsClient;
@@ -53,7 +54,7 @@ struct Rows {
 impl Stream {
     /// Plans, reads, publishes and records one batch; `Idle` when there was nothing worth a
     /// record.
-    pub(super) async fn batch(&self, conn: &mut TdsClient, setup: &mut Setup, position: &mut Position, state: ServerState) -> Result<Step, SourceError> {
+    pub(super) async fn batch(&self, conn: &mut TdsClient, setup: &mut Setup, position: &mut Position, mut state: ServerState) -> Result<Step, SourceError> {
         let started = Instant::now();
         if self.options.on_data_loss == OnDataLoss::Resnapshot
             && state.max_lsn != Lsn::ZERO
@@ -63,13 +64,24 @@ impl Stream {
             self.resnapshot_after_loss(setup, position, lost)?;
             return Ok(Step::Published);
         }
+        let mut until = None;
+        match self.follow(conn, setup, position).await? {
+            Follow::Stay => {}
+            Follow::Until(s) => until = Some(s),
+            Follow::Switched(events) => {
+                // Kept until published: a retried batch carries them too.
+                setup.pending.extend(events);
+                state = reader::server_state(conn, &self.connector, &setup.instance.name).await?;
+            }
+        }
         let ahead = self.ddl_ahead(conn, setup, position, state.max_lsn).await?;
-        let Some(mut plan) = self.plan(conn, setup, position, &state, ahead.bound()).await? else {
+        let bound = [ahead.bound(), until].into_iter().flatten().min();
+        let Some(mut plan) = self.plan(conn, setup, position, &state, bound).await? else {
             return Ok(Step::Idle);
         };
         let schema_changes = self.apply_ddl(conn, setup, position, &ahead, plan.to).await?;
+        plan.events.splice(0..0, setup.pending.iter().cloned());
         plan.events.extend(schema_changes);
-        let setup = &*setup;
         self.publisher.begin();
         let Some(rows) = self.read(conn, setup, position, &mut plan).await? else {
             // Cleanup overtook the read: the next step re-snapshots.
@@ -88,13 +100,15 @@ impl Stream {
         }
         let record = self.control_record(setup, position, &plan, &rows, partitions, &state, started.elapsed());
         self.publisher.send_control(&setup.control_topic, &record).await?;
+        setup.pending.clear();
         self.published(&record, started.elapsed());
         position.advance(&record);
         Ok(if plan.caught_up { Step::Idle } else { Step::Published })
     }
 
-    /// Plans the batch after `position`, ending at the first DDL ahead (`ddl`) when it reaches
-    /// it (under `schema_change_policy = "fail"`, just before it when commits come first);
+    /// Plans the batch after `position`, ending at `ddl` (the first DDL ahead, or the LSN where
+    /// the stream moves to a newer capture instance) when it reaches it (under
+    /// `schema_change_policy = "fail"`, just before it when commits come first);
     /// `None` while CDC has captured nothing yet.
     async fn plan(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, state: &ServerState, ddl: Option<Lsn>) -> Result<Option<Plan>, SourceError> {
         let ci = setup.instance.name.as_str();
@@ -298,7 +312,7 @@ impl Stream {
 
     /// The data-loss check: changes after `from` that cleanup purged. `Ok(Some(event))` when
     /// skipping them is allowed.
-    fn check_loss(&self, ci: &str, from: Lsn, min_lsn: Lsn, certain: bool) -> Result<Option<Event>, SourceError> {
+    pub(super) fn check_loss(&self, ci: &str, from: Lsn, min_lsn: Lsn, certain: bool) -> Result<Option<Event>, SourceError> {
         let next = from.increment();
         if min_lsn == Lsn::ZERO || min_lsn <= next {
             return Ok(None);

@@ -153,7 +153,7 @@ impl Stream {
 
     /// Publishes from now on with `captured`'s layout (for Avro, registered first: a registry
     /// refusing it stops the stage with its answer).
-    async fn take_schema(&self, setup: &mut Setup, captured: CapturedTable) -> Result<(), SourceError> {
+    pub(super) async fn take_schema(&self, setup: &mut Setup, captured: CapturedTable) -> Result<(), SourceError> {
         if let Some(registry) = &self.registry {
             setup.key_schema_id = Some(registry.register(&format!("{}-key", setup.data_topic), &captured.schema.avro_key(&setup.data_topic)).await?);
             setup.value_schema_id = Some(registry.register(&format!("{}-value", setup.data_topic), &captured.schema.avro_value(&setup.data_topic)).await?);

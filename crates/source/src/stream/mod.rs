@@ -8,6 +8,7 @@ mod ddl;
 mod offset;
 mod seed;
 mod snapshot;
+mod switch;
 
 pub use offset::{BackfillStatus, PublishedState, SnapshotRequest, StreamOffset, StreamStatus};
 
@@ -65,6 +66,12 @@ struct Setup {
     retention_read_at: Instant,
     key_schema_id: Option<u32>,
     value_schema_id: Option<u32>,
+    /// When the table's capture instances were last looked at.
+    instances_read_at: Instant,
+    /// A newer capture instance of the table the stream moves to once it reaches its start.
+    newer: Option<Instance>,
+    /// Events for the next published batch (a switch found at start).
+    pending: Vec<mssql_cdc_core::log::control::Event>,
 }
 
 /// A run of transient SQL Server failures.
@@ -245,13 +252,32 @@ impl Stream {
     }
 
     async fn setup(&self, conn: &mut TdsClient) -> Result<Setup, SourceError> {
-        let instance = reader::resolve_instance(conn, &self.connector, &self.wanted).await?;
+        let all = reader::instances(conn, &self.connector).await?;
+        let mut instance = reader::choose_instance(all.clone(), &self.wanted)?;
         if instance.name != self.wanted {
-            tracing::info!(connector = %self.connector_name, configured = %self.wanted, resolved = %instance.name, "capture instance matched ignoring case");
+            tracing::info!(connector = %self.connector_name, configured = %self.wanted, resolved = %instance.name, "capture instance resolved to another name (case, or the table's newer instance after the configured one was disabled)");
         }
         let database = reader::database_name(conn, &self.connector).await?;
-        let reader::CapturedTable { schema, select, sql_types } = reader::table_schema(conn, &self.connector, &instance, &self.options).await?;
         let (data_topic, control_topic) = offset::topics(&self.options.topic_prefix, &database, &instance.source_schema, &instance.source_table);
+        self.publisher.ensure_topics(&data_topic, self.options.topic_partitions, &control_topic).await?;
+        // The stream goes on with the instance its last batch read, where that is still there.
+        let last = self.publisher.last_control_at(&control_topic).await?.map(|(_, record)| record);
+        let mut pending = Vec::new();
+        if let Some(record) = last.as_ref().filter(|r| r.capture_instance != instance.name) {
+            match all.iter().find(|i| i.name == record.capture_instance && i.same_table(&instance)) {
+                Some(current) => instance = current.clone(),
+                None => pending.push(self.switched_while_stopped(record, &instance)?),
+            }
+        }
+        let reader::CapturedTable { schema, select, sql_types } = reader::table_schema(conn, &self.connector, &instance, &self.options).await?;
+        if let Some(mssql_cdc_core::log::control::Event::CaptureInstanceSwitched { gained, lost, .. }) = pending.first_mut()
+            && let Some(record) = &last
+        {
+            let before: Vec<&str> = record.schema.columns.iter().map(|c| c.name.as_str()).collect();
+            let after: Vec<&str> = schema.columns.iter().map(|c| c.name.as_str()).collect();
+            *gained = after.iter().filter(|c| !before.contains(c)).map(|c| (*c).to_owned()).collect();
+            *lost = before.iter().filter(|c| !after.contains(c)).map(|c| (*c).to_owned()).collect();
+        }
         let zone = match &self.options.source_time_zone {
             SourceZone::Auto => match reader::current_timezone_id(conn, &self.connector).await? {
                 Some(id) => match ServerZone::parse(&id) {
@@ -269,7 +295,6 @@ impl Stream {
             SourceZone::Fixed(zone) => Some(zone.clone()),
         };
         let retention_minutes = reader::retention_minutes(conn, &self.connector).await?;
-        self.publisher.ensure_topics(&data_topic, self.options.topic_partitions, &control_topic).await?;
         let (key_schema_id, value_schema_id) = match &self.registry {
             Some(registry) => (
                 Some(registry.register(&format!("{data_topic}-key"), &schema.avro_key(&data_topic)).await?),
@@ -281,7 +306,35 @@ impl Stream {
         let table = format!("{}.{}", reader::quote(&instance.source_schema), reader::quote(&instance.source_table));
         register_source(&self.connector_name, &instance.name);
         tracing::info!(connector = %self.connector_name, capture_instance = %instance.name, topic = %data_topic, columns = schema.columns.len(), "source stream ready");
-        Ok(Setup { instance, schema, select, sql_types, table, change_sql, data_topic, control_topic, zone, retention_minutes, retention_read_at: Instant::now(), key_schema_id, value_schema_id })
+        Ok(Setup {
+            instance,
+            schema,
+            select,
+            sql_types,
+            table,
+            change_sql,
+            data_topic,
+            control_topic,
+            zone,
+            retention_minutes,
+            retention_read_at: Instant::now(),
+            key_schema_id,
+            value_schema_id,
+            instances_read_at: Instant::now() - switch::INSTANCE_REFRESH,
+            newer: None,
+            pending,
+        })
+    }
+
+    /// The instance the last batch read (`record`'s) is gone and `instance`, a newer one of the
+    /// table, replaces it: the switch happened while the stream was stopped. The changes between
+    /// the position and the new instance's start were held by the old one alone.
+    fn switched_while_stopped(&self, record: &mssql_cdc_core::log::ControlRecord, instance: &Instance) -> Result<mssql_cdc_core::log::control::Event, SourceError> {
+        if record.to_lsn < instance.start_lsn {
+            self.check_loss(&record.capture_instance, record.to_lsn, instance.start_lsn.increment(), true)?;
+        }
+        tracing::warn!(connector = %self.connector_name, from = %record.capture_instance, to = %instance.name, start_lsn = %instance.start_lsn, "the capture instance the stream read was disabled; it goes on with the table's newer one");
+        Ok(mssql_cdc_core::log::control::Event::CaptureInstanceSwitched { from: record.capture_instance.clone(), to: instance.name.clone(), start_lsn: instance.start_lsn, gained: Vec::new(), lost: Vec::new() })
     }
 
     async fn start_position(&self, setup: &Setup, state: &ServerState) -> Result<Position, SourceError> {

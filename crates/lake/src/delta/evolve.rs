@@ -1,4 +1,5 @@
-//! Widening a table's columns when the log's schema widens them (`docs/schema-changes.md`).
+//! A sink table's schema following the log's (`docs/schema-changes.md`): columns the table
+//! lacks are added (nullable, NULL in older rows), and columns the log widened are widened.
 //!
 //! delta-rs 1.x neither writes nor reads Delta's `typeWidening` table feature, and a merge of
 //! schemas keeps the table's narrower type (casting wider values down, which fails on the first
@@ -13,7 +14,8 @@ use arrow::datatypes::{DataType, Schema};
 use deltalake::datafusion::common::metadata::FieldMetadata;
 use deltalake::datafusion::logical_expr::{cast, Expr};
 use deltalake::datafusion::prelude::SessionContext;
-use deltalake::kernel::engine::arrow_conversion::TryIntoArrow;
+use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
+use deltalake::kernel::StructField;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::operations::write::SchemaMode;
 use deltalake::protocol::SaveMode;
@@ -42,11 +44,31 @@ pub fn arrow_schema(table: &DeltaTable) -> Result<Schema, DeltaError> {
     schema.as_ref().try_into_arrow().map_err(|e| DeltaError::new(&location, e))
 }
 
-/// Widens the columns of `table` that `incoming` (the next write's schema) widens; `table`
-/// as it is when there are none.
-pub async fn widen_for(table: DeltaTable, incoming: &Schema, metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<DeltaTable, DeltaError> {
+/// Makes `table` take `incoming` (the next write's schema): adds the columns it lacks, then
+/// widens those `incoming` widens; `table` as it is when there is nothing to do.
+pub async fn evolve_for(table: DeltaTable, incoming: &Schema, metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<DeltaTable, DeltaError> {
+    let current = arrow_schema(&table)?;
+    let missing: Vec<&arrow::datatypes::Field> = incoming.fields().iter().filter(|f| current.field_with_name(f.name()).is_err()).map(|f| f.as_ref()).collect();
+    let table = if missing.is_empty() {
+        table
+    } else {
+        let location = table.table_url().to_string();
+        let fields = missing
+            .iter()
+            .map(|f| nullable_column(f))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| DeltaError::new(&location, e))?;
+        let names: Vec<&String> = missing.iter().map(|f| f.name()).collect();
+        tracing::info!(table = %location, columns = ?names, "columns added");
+        table.add_columns().with_fields(fields).await.map_err(|e| DeltaError::new(&location, e))?
+    };
     let columns = widenings(&arrow_schema(&table)?, incoming);
     widen(table, &columns, metadata).await
+}
+
+/// An Arrow field as a nullable Delta column.
+fn nullable_column(field: &arrow::datatypes::Field) -> Result<StructField, arrow::error::ArrowError> {
+    (&field.clone().with_nullable(true)).try_into_kernel()
 }
 
 /// Rewrites `table` with `columns` cast to their new types, in one commit carrying `metadata`;
