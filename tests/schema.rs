@@ -518,3 +518,55 @@ async fn a_table_rolls_onto_a_new_capture_instance_under_a_workload_and_sigkills
         assert!(stage.stop().is_some_and(|s| s.success()), "{} exits cleanly:\n{}", stage.name(), stage.logs());
     }
 }
+
+/// `snapshot_on_switch = true`: the batch after the switch opens a snapshot of the table, so
+/// silver ends equal to the table over TDS including the new column on rows untouched since
+/// the switch.
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshot_on_switch_fills_the_new_column_on_rows_untouched_since() {
+    let items = Items::start("int").await;
+    let mut source = items.source("source.toml", "snapshot_on_switch = true");
+    mssql_cdc_testkit::kafka::wait_for_topic(&items.broker.kafka(), &format!("{}.control", items.topic), Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", source.logs()));
+    let mut sinks = items.sinks();
+    let workload = Workload::start(&items.sim, 13);
+    let config = items.sim.client_config();
+    let pause = || tokio::time::sleep(Duration::from_millis(1500));
+    pause().await;
+    exec(&config, "ALTER TABLE dbo.items ADD region nvarchar(20) NULL").await;
+    workload.enter(1).await;
+    pause().await;
+    exec(&config, "EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'items', @role_name = NULL, @capture_instance = N'dbo_items_v2'").await;
+    pause().await;
+    pause().await;
+    let (statements, _) = workload.finish();
+    assert!(statements > 100, "the workload ran ({statements} statements)");
+    let records = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(120)).await;
+    if let Err(error) = source.process().alive() {
+        panic!("the source stopped: {error}\n{}", source.logs());
+    }
+    let found_switches = switches(&records);
+    assert_eq!(found_switches.len(), 1, "one switch");
+    let switch_batch = found_switches[0].0.batch_id;
+    let opened: Vec<u64> = records.iter().filter(|c| c.events.iter().any(|e| e.name() == "snapshot_open")).map(|c| c.batch_id).collect();
+    assert_eq!(opened, vec![switch_batch + 1], "the batch after the switch opens the snapshot");
+    assert!(records.iter().any(|c| c.events.iter().any(|e| e.name() == "bootstrap")), "the snapshot completed");
+
+    let found = items.read_when_applied(&mut sinks, records.last().unwrap().batch_id as i64).await;
+    let rows = query_rows(&config, "SELECT id, qty, label, region FROM dbo.items").await;
+    let mut table: Vec<(i64, i64, Option<String>, Option<String>)> =
+        rows.iter().map(|r| (i64::from(r.get::<i32, _>(0).unwrap()), i64::from(r.get::<i32, _>(1).unwrap()), r.get::<&str, _>(2).map(str::to_owned), r.get::<&str, _>(3).map(str::to_owned))).collect();
+    table.sort();
+    let mut silver: Vec<(i64, i64, Option<String>, Option<String>)> = found["silver"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_i64().unwrap(), r[1].as_i64().unwrap(), r[2].as_str().map(str::to_owned), r[4].as_str().map(str::to_owned)))
+        .collect();
+    silver.sort();
+    assert_eq!(silver, table, "silver equals dbo.items over TDS, region included");
+    let changed_since: BTreeSet<i64> = items.change_rows("dbo_items_v2").await.into_iter().map(|(_, id)| id).collect();
+    assert!(table.iter().any(|r| r.3.is_some() && !changed_since.contains(&r.0)), "a row with a region, untouched since the switch, got it from the snapshot");
+    for stage in sinks.iter_mut().chain([&mut source]) {
+        assert!(stage.stop().is_some_and(|s| s.success()), "{} exits cleanly:\n{}", stage.name(), stage.logs());
+    }
+}

@@ -69,6 +69,10 @@ pub struct MssqlSourceOptions {
     /// type change of a captured column stops the stage before a row is read) or `fail` (any
     /// DDL stops the stage at its batch; restart with `classify` to go past it).
     pub schema_change_policy: SchemaChangePolicy,
+    /// After the stream moves to a newer capture instance of its table, snapshot the table
+    /// (as `snapshot` says: `full` or `chunked`), so that rows unchanged since carry the
+    /// columns only the new instance captures. Default `false` (those rows read NULL there).
+    pub snapshot_on_switch: bool,
     /// Snapshot the table before streaming, once per stream: when the stream starts with an
     /// empty control topic. Default `false`.
     pub bootstrap: bool,
@@ -136,6 +140,7 @@ impl Default for MssqlSourceOptions {
             fail_on_data_loss: None,
             on_data_loss: None,
             schema_change_policy: SchemaChangePolicy::Classify,
+            snapshot_on_switch: false,
             bootstrap: false,
             snapshot: SnapshotMode::Full,
             backfill: BackfillOptions::default(),
@@ -213,6 +218,8 @@ pub enum SnapshotIsolation {
 pub struct SnapshotSettings {
     /// Snapshot before streaming, once per stream.
     pub bootstrap: bool,
+    /// Snapshot after a move to a newer capture instance.
+    pub on_switch: bool,
     /// The isolation level of the reads.
     pub isolation: SnapshotIsolation,
     /// `SET LOCK_TIMEOUT` for the reads.
@@ -550,6 +557,7 @@ impl MssqlSourceOptions {
             mode: self.snapshot,
             backfill: backfill?,
             bootstrap: self.bootstrap,
+            on_switch: self.snapshot_on_switch,
             isolation: self.snapshot_isolation,
             lock_timeout: Duration::from_millis(self.lock_timeout_ms),
             keys: self.snapshot_keys.clone(),

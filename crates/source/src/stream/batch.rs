@@ -103,6 +103,7 @@ impl Stream {
         setup.pending.clear();
         self.published(&record, started.elapsed());
         position.advance(&record);
+        self.snapshot_after_switch(setup, position, &record);
         Ok(if plan.caught_up { Step::Idle } else { Step::Published })
     }
 

@@ -355,6 +355,9 @@ impl Stream {
                 if let Some(open) = record.open_snapshot() {
                     tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, lsn = %open.lsn, kind = %open.kind, rows_done = open.rows_done, "resuming the open snapshot after its last published rows");
                 }
+                // Killed between a switch and the snapshot it asks for: open it now.
+                let switched = self.options.snapshot.on_switch && record.events.iter().any(|e| matches!(e, mssql_cdc_core::log::control::Event::CaptureInstanceSwitched { .. }));
+                let reopen = switched && record.snapshot.as_ref().is_none_or(|s| s.complete);
                 Position {
                     lsn: record.to_lsn,
                     next_batch_id: record.batch_id + 1,
@@ -363,7 +366,7 @@ impl Stream {
                     last_commit_ts: record.max_commit_ts.or(record.last_commit_ts),
                     log_schema: Some(record.schema),
                     snapshot: record.snapshot,
-                    open_next: None,
+                    open_next: reopen.then_some(snapshot::Opening { kind: SnapshotKind::Bootstrap, lost: None, seed: None }),
                     snapshot_txn: false,
                     pace: None,
                     backfill: chunked::Backfill::default(),

@@ -16,10 +16,12 @@
 
 use std::time::{Duration, Instant};
 
-use mssql_cdc_core::log::control::Event;
+use mssql_cdc_core::log::control::{Event, SnapshotKind};
+use mssql_cdc_core::log::ControlRecord;
 use mssql_cdc_types::lsn::Lsn;
 
 use super::ddl::{compare, Verdict};
+use super::snapshot::Opening;
 use super::{Position, Setup, Stream};
 use crate::connection::TdsClient;
 use crate::error::SourceError;
@@ -72,6 +74,19 @@ impl Stream {
         }
         let event = self.switch_to(conn, setup, position, &newer).await?;
         Ok(Follow::Switched(vec![event]))
+    }
+
+    /// With `snapshot_on_switch`, after the batch that switched (`record`, the last published),
+    /// opens a snapshot at the next step (a bootstrap: no change was lost), unless one is open.
+    pub(super) fn snapshot_after_switch(&self, setup: &Setup, position: &mut Position, record: &ControlRecord) {
+        if !self.options.snapshot.on_switch || !record.events.iter().any(|e| matches!(e, Event::CaptureInstanceSwitched { .. })) {
+            return;
+        }
+        if position.snapshot.as_ref().is_some_and(|s| !s.complete) {
+            tracing::warn!(connector = %self.connector_name, capture_instance = %setup.instance.name, "snapshot_on_switch: a snapshot is open already; its rows read from now on carry the new instance's columns");
+            return;
+        }
+        position.open_next = Some(Opening { kind: SnapshotKind::Bootstrap, lost: None, seed: None });
     }
 
     /// Reads from `newer` from now on: its captured columns become the schema (judged like a
