@@ -96,6 +96,20 @@ impl Items {
         spawn_stage(&self.worker, &connector, &[])
     }
 
+    /// The source (with `extra` options) once it made its control topic, the sinks, and a
+    /// workload that has run a while; then `ADD region`, the workload writing it (phase 1).
+    async fn run(&self, extra: &str, seed: u64) -> (StageProcess, Vec<StageProcess>, Workload) {
+        let source = self.source("source.toml", extra);
+        mssql_cdc_testkit::kafka::wait_for_topic(&self.broker.kafka(), &format!("{}.control", self.topic), Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", source.logs()));
+        let sinks = self.sinks();
+        let workload = Workload::start(&self.sim, seed);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        exec(&self.sim.client_config(), "ALTER TABLE dbo.items ADD region nvarchar(20) NULL").await;
+        workload.enter(1).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        (source, sinks, workload)
+    }
+
     fn sinks(&self) -> Vec<StageProcess> {
         let bronze = write_file(self.dir.path(), "bronze.toml", &bronze_toml("items", &self.topic, "items-bronze", &self.lake, ""));
         let silver = write_file(self.dir.path(), "silver.toml", &silver_toml("items-silver", "items-bronze", "items-silver", &self.lake, ""));
@@ -116,6 +130,15 @@ impl Items {
         let rows = query_rows(&self.sim.client_config(), &format!("SELECT __$start_lsn, __$seqval, __$operation, id FROM cdc.{instance}_CT")).await;
         let hex = mssql_cdc_testkit::sql::hex;
         rows.iter().map(|r| ((hex(r.get::<&[u8], _>(0).unwrap()), hex(r.get::<&[u8], _>(1).unwrap()), i64::from(r.get::<i32, _>(2).unwrap())), i64::from(r.get::<i32, _>(3).unwrap()))).collect()
+    }
+
+    /// The control records once the source, still running, reached the server's maximum LSN.
+    async fn caught_up(&self, source: &mut StageProcess) -> Vec<ControlRecord> {
+        let records = wait_caught_up(&self.broker.bootstrap, &self.topic, &self.sim.client_config(), source, Duration::from_secs(120)).await;
+        if let Err(error) = source.process().alive() {
+            panic!("the source stopped: {error}\n{}", source.logs());
+        }
+        records
     }
 
     /// Waits for silver to apply batch `last`, the sinks staying up; then reads the tables.
@@ -256,16 +279,9 @@ fn schema_changes(controls: &[ControlRecord]) -> Vec<(&ControlRecord, &mssql_cdc
 #[tokio::test(flavor = "multi_thread")]
 async fn ddl_under_a_running_workload_flows_through_to_silver() {
     let items = Items::start("int").await;
-    let mut source = items.source("source.toml", "");
-    mssql_cdc_testkit::kafka::wait_for_topic(&items.broker.kafka(), &format!("{}.control", items.topic), Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", source.logs()));
-    let mut sinks = items.sinks();
-    let workload = Workload::start(&items.sim, 7);
+    let (mut source, mut sinks, workload) = items.run("", 7).await;
     let config = items.sim.client_config();
     let pause = || tokio::time::sleep(Duration::from_millis(1500));
-    pause().await;
-    exec(&config, "ALTER TABLE dbo.items ADD region nvarchar(20) NULL").await;
-    workload.enter(1).await;
-    pause().await;
     exec(&config, "ALTER TABLE dbo.items ALTER COLUMN qty bigint NOT NULL").await;
     workload.enter(2).await;
     pause().await;
@@ -279,10 +295,7 @@ async fn ddl_under_a_running_workload_flows_through_to_silver() {
     let (statements, after_drop) = workload.finish();
     assert!(statements > 100, "the workload ran ({statements} statements)");
 
-    let controls = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(120)).await;
-    if let Err(error) = source.process().alive() {
-        panic!("the source stopped: {error}\n{}", source.logs());
-    }
+    let controls = items.caught_up(&mut source).await;
     let last = controls.last().unwrap().batch_id as i64;
 
     // The log: four schema_change events, each ending its batch, saying what the DDL did.
@@ -339,7 +352,12 @@ async fn ddl_under_a_running_workload_flows_through_to_silver() {
     assert_eq!(facts_lsns, lsns, "one schema_change facts row of the bronze sink per event");
     assert!(facts.iter().any(|f| f[1]["widened"][0]["column"] == "qty"), "the facts detail names the widened column");
 
-    for stage in sinks.iter_mut().chain([&mut source]) {
+    stop_all(sinks.iter_mut().chain([&mut source]));
+}
+
+/// Stops every stage with SIGTERM: each exits cleanly.
+fn stop_all<'a>(stages: impl Iterator<Item = &'a mut StageProcess>) {
+    for stage in stages {
         assert!(stage.stop().is_some_and(|s| s.success()), "{} exits cleanly:\n{}", stage.name(), stage.logs());
     }
 }
@@ -436,16 +454,9 @@ fn switches(controls: &[ControlRecord]) -> Vec<(&ControlRecord, &Event)> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_table_rolls_onto_a_new_capture_instance_under_a_workload_and_sigkills() {
     let items = Items::start("int").await;
-    let mut source = items.source("source.toml", "");
-    mssql_cdc_testkit::kafka::wait_for_topic(&items.broker.kafka(), &format!("{}.control", items.topic), Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", source.logs()));
-    let mut sinks = items.sinks();
-    let workload = Workload::start(&items.sim, 11);
+    let (mut source, mut sinks, workload) = items.run("", 11).await;
     let config = items.sim.client_config();
     let pause = || tokio::time::sleep(Duration::from_millis(1500));
-    pause().await;
-    exec(&config, "ALTER TABLE dbo.items ADD region nvarchar(20) NULL").await;
-    workload.enter(1).await;
-    pause().await;
     exec(&config, "EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'items', @role_name = NULL, @capture_instance = N'dbo_items_v2'").await;
     let deadline = Instant::now() + Duration::from_secs(60);
     let switched_at = loop {
@@ -470,10 +481,7 @@ async fn a_table_rolls_onto_a_new_capture_instance_under_a_workload_and_sigkills
     let (statements, _) = workload.finish();
     assert!(statements > 100, "the workload ran ({statements} statements)");
 
-    let records = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(120)).await;
-    if let Err(error) = source.process().alive() {
-        panic!("the source stopped: {error}\n{}", source.logs());
-    }
+    let records = items.caught_up(&mut source).await;
     let found_switches = switches(&records);
     assert_eq!(found_switches.len(), 1, "the switch happens once, across the SIGKILLs");
     let (switch_batch, event) = found_switches[0];
@@ -514,9 +522,7 @@ async fn a_table_rolls_onto_a_new_capture_instance_under_a_workload_and_sigkills
         }
     }
     assert!(checked.0 > 0 && checked.1 > 0, "rows of both kinds: {checked:?}");
-    for stage in sinks.iter_mut().chain([&mut source]) {
-        assert!(stage.stop().is_some_and(|s| s.success()), "{} exits cleanly:\n{}", stage.name(), stage.logs());
-    }
+    stop_all(sinks.iter_mut().chain([&mut source]));
 }
 
 /// `snapshot_on_switch = true`: the batch after the switch opens a snapshot of the table, so
@@ -525,25 +531,15 @@ async fn a_table_rolls_onto_a_new_capture_instance_under_a_workload_and_sigkills
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshot_on_switch_fills_the_new_column_on_rows_untouched_since() {
     let items = Items::start("int").await;
-    let mut source = items.source("source.toml", "snapshot_on_switch = true");
-    mssql_cdc_testkit::kafka::wait_for_topic(&items.broker.kafka(), &format!("{}.control", items.topic), Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", source.logs()));
-    let mut sinks = items.sinks();
-    let workload = Workload::start(&items.sim, 13);
+    let (mut source, mut sinks, workload) = items.run("snapshot_on_switch = true", 13).await;
     let config = items.sim.client_config();
     let pause = || tokio::time::sleep(Duration::from_millis(1500));
-    pause().await;
-    exec(&config, "ALTER TABLE dbo.items ADD region nvarchar(20) NULL").await;
-    workload.enter(1).await;
-    pause().await;
     exec(&config, "EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'items', @role_name = NULL, @capture_instance = N'dbo_items_v2'").await;
     pause().await;
     pause().await;
     let (statements, _) = workload.finish();
     assert!(statements > 100, "the workload ran ({statements} statements)");
-    let records = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(120)).await;
-    if let Err(error) = source.process().alive() {
-        panic!("the source stopped: {error}\n{}", source.logs());
-    }
+    let records = items.caught_up(&mut source).await;
     let found_switches = switches(&records);
     assert_eq!(found_switches.len(), 1, "one switch");
     let switch_batch = found_switches[0].0.batch_id;
@@ -566,7 +562,69 @@ async fn snapshot_on_switch_fills_the_new_column_on_rows_untouched_since() {
     assert_eq!(silver, table, "silver equals dbo.items over TDS, region included");
     let changed_since: BTreeSet<i64> = items.change_rows("dbo_items_v2").await.into_iter().map(|(_, id)| id).collect();
     assert!(table.iter().any(|r| r.3.is_some() && !changed_since.contains(&r.0)), "a row with a region, untouched since the switch, got it from the snapshot");
-    for stage in sinks.iter_mut().chain([&mut source]) {
-        assert!(stage.stop().is_some_and(|s| s.success()), "{} exits cleanly:\n{}", stage.name(), stage.logs());
-    }
+    stop_all(sinks.iter_mut().chain([&mut source]));
+}
+
+/// Avro feeds: a widening registers a second writer schema under the value subject, after the
+/// first; every record decodes with confluent-kafka's AvroDeserializer by its writer schema,
+/// and a consumer holding the new schema as its reader schema reads the records written with
+/// the old one too (BACKWARD compatible: `int` promotes to `long`).
+#[tokio::test(flavor = "multi_thread")]
+async fn avro_feeds_evolve_with_backward_compatible_writer_schemas() {
+    let items = Items::start("int").await;
+    let registry = crate::support::registry::TestRegistry::start().await;
+    let config = items.sim.client_config();
+    let mut source = items.source("source.toml", &format!("format = \"avro\"\nschema_registry = {{ url = \"{}\" }}", registry.url));
+    exec(&config, "INSERT INTO dbo.items (id, qty, label) VALUES (1, 1, N'a'); INSERT INTO dbo.items (id, qty, label) VALUES (2, 2, N'b')").await;
+    items.caught_up(&mut source).await;
+    exec(&config, "ALTER TABLE dbo.items ALTER COLUMN qty bigint NOT NULL").await;
+    exec(&config, "INSERT INTO dbo.items (id, qty, label) VALUES (3, 5000000000, N'c'); UPDATE dbo.items SET qty = 6000000000 WHERE id = 1").await;
+    let records = items.caught_up(&mut source).await;
+    stop_all([&mut source].into_iter());
+    let subject = format!("{}-value", items.topic);
+    let versions = registry.versions(&subject);
+    assert_eq!(versions.len(), 2, "two writer schemas under {subject}: {versions:?}");
+    let ids: Vec<u32> = records.iter().filter(|c| c.rows > 0).map(|c| c.schema_id.unwrap()).collect();
+    let first_new = ids.iter().position(|id| *id == versions[1]).expect("batches with the new schema");
+    assert!(ids[..first_new].iter().all(|id| *id == versions[0]) && ids[first_new..].iter().all(|id| *id == versions[1]), "the old schema up to the widening, the new one after: {ids:?}");
+    let script = r#"
+import sys, json
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import SerializationContext, MessageField
+bootstrap, topic, url, new_id = sys.argv[1:5]
+client = SchemaRegistryClient({"url": url})
+newest = client.get_schema(int(new_id)).schema_str
+by_writer, by_newest = AvroDeserializer(client), AvroDeserializer(client, schema_str=newest)
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "avro-evolution", "enable.auto.commit": False})
+parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+ends = {}
+for p in parts:
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+    if high > low:
+        ends[p] = high
+consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+seen, out = set(), []
+while len(seen) < len(ends):
+    m = consumer.poll(5)
+    if m is None or m.error():
+        continue
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    a, b = by_writer(m.value(), ctx), by_newest(m.value(), ctx)
+    writer = int.from_bytes(m.value()[1:5], "big")
+    out.append([writer, a["id"], a["qty"], b["qty"], a["_operation"]])
+    if m.offset() + 1 >= ends[m.partition()]:
+        seen.add(m.partition())
+print(json.dumps(sorted(out)))
+sys.stdout.flush()
+import os
+os._exit(0)
+"#;
+    let output = run_python(script, &[&items.broker.bootstrap, &items.topic, &registry.url, &versions[1].to_string()]);
+    let decoded: Vec<(u32, i64, i64, i64, i64)> = serde_json::from_str(output.trim()).expect("the checker's JSON");
+    assert_eq!(decoded.len(), 5, "two inserts, then an insert and an update's two images: {decoded:?}");
+    assert!(decoded.iter().all(|d| d.2 == d.3), "the new reader schema reads every record as its writer wrote it: {decoded:?}");
+    assert_eq!(decoded.iter().filter(|d| d.0 == versions[0]).count(), 2, "the records before the widening carry the old writer schema");
+    assert!(decoded.iter().any(|d| d.0 == versions[1] && d.2 == 6_000_000_000), "values only bigint holds, under the new one");
 }

@@ -41,6 +41,11 @@ impl TestRegistry {
         Self { url, state }
     }
 
+    /// The schema ids registered under `subject`, in the order they were first registered.
+    pub fn versions(&self, subject: &str) -> Vec<u32> {
+        self.state.lock().unwrap().subjects.get(subject).cloned().unwrap_or_default()
+    }
+
     /// The subjects registered so far.
     pub fn subjects(&self) -> Vec<String> {
         let mut subjects: Vec<String> = self.state.lock().unwrap().subjects.keys().cloned().collect();
