@@ -25,7 +25,8 @@ pub struct Instance {
     pub source_table: String,
     /// The key columns CDC tracks (its unique index).
     pub index_columns: Vec<String>,
-    /// Its low water mark (`start_lsn`): it holds every change after it.
+    /// Its low water mark (`start_lsn`): it holds every change after it. Zero while SQL
+    /// Server reports it NULL (a just-enabled instance whose low end is not set yet).
     pub start_lsn: Lsn,
     /// When it was enabled (`create_date`, server-local): of two on a table, the later is the
     /// newer.

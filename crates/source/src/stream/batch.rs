@@ -146,14 +146,17 @@ impl Stream {
         let mut to = commits.last().map_or(from, |c| c.lsn);
         if let Some(ddl) = ddl.filter(|lsn| *lsn > from) {
             let fail = self.options.schema_change_policy == SchemaChangePolicy::Fail;
-            if fail && let Some(cut) = commits.iter().position(|c| c.lsn >= ddl).filter(|i| *i > 0) {
+            if fail && commits.first().is_some_and(|c| c.lsn < ddl) {
                 // Under `fail` the commits before the DDL are a batch of their own.
-                next_unread = Some(commits[cut]);
-                commits.truncate(cut);
+                if let Some(cut) = commits.iter().position(|c| c.lsn >= ddl) {
+                    next_unread = Some(commits[cut]);
+                    commits.truncate(cut);
+                }
                 to = commits.last().map_or(from, |c| c.lsn);
-            } else if next_unread.is_none() && to < ddl {
-                // The batch carrying the DDL ends with it, also where cdc.lsn_time_mapping
-                // has no commit at its LSN.
+            } else if next_unread.is_none() && to < ddl && ddl <= state.max_lsn {
+                // The batch carrying the DDL (or reaching a newer capture instance's start)
+                // ends with it, also where cdc.lsn_time_mapping has no commit at its LSN; never
+                // past what the capture job has harvested.
                 to = ddl;
             }
         }

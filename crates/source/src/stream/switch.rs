@@ -61,6 +61,11 @@ impl Stream {
             return Ok(Follow::Stay);
         };
         let s = newer.start_lsn;
+        if s == Lsn::ZERO {
+            // `start_lsn` is NULL until the new instance's low end is set: not ready yet.
+            setup.newer = None;
+            return Ok(Follow::Stay);
+        }
         if position.lsn < s && enabled {
             if setup.newer.as_ref().is_none_or(|n| n.name != newer.name) {
                 tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, newer = %newer.name, start_lsn = %s, "a newer capture instance of the table: the stream moves to it at its start LSN");
