@@ -609,9 +609,9 @@ async fn avro_feeds_evolve_with_backward_compatible_writer_schemas() {
     let ids: Vec<u32> = records.iter().filter(|c| c.rows > 0).map(|c| c.schema_id.unwrap()).collect();
     let first_new = ids.iter().position(|id| *id == versions[1]).expect("batches with the new schema");
     assert!(ids[..first_new].iter().all(|id| *id == versions[0]) && ids[first_new..].iter().all(|id| *id == versions[1]), "the old schema up to the widening, the new one after: {ids:?}");
-    let script = r#"
+    let script = crate::support::PY_MESSAGES.to_owned()
+        + r#"
 import sys, json
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import SerializationContext, MessageField
@@ -619,31 +619,18 @@ bootstrap, topic, url, new_id = sys.argv[1:5]
 client = SchemaRegistryClient({"url": url})
 newest = client.get_schema(int(new_id)).schema_str
 by_writer, by_newest = AvroDeserializer(client), AvroDeserializer(client, schema_str=newest)
-consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "avro-evolution", "enable.auto.commit": False})
-parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-ends = {}
-for p in parts:
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-    if high > low:
-        ends[p] = high
-consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-seen, out = set(), []
-while len(seen) < len(ends):
-    m = consumer.poll(5)
-    if m is None or m.error():
-        continue
+out = []
+for m in messages(bootstrap, topic, "avro-evolution"):
     ctx = SerializationContext(topic, MessageField.VALUE)
     a, b = by_writer(m.value(), ctx), by_newest(m.value(), ctx)
     writer = int.from_bytes(m.value()[1:5], "big")
     out.append([writer, a["id"], a["qty"], b["qty"], a["_operation"]])
-    if m.offset() + 1 >= ends[m.partition()]:
-        seen.add(m.partition())
 print(json.dumps(sorted(out)))
 sys.stdout.flush()
 import os
 os._exit(0)
 "#;
-    let output = run_python(script, &[&items.broker.bootstrap, &items.topic, &registry.url, &versions[1].to_string()]);
+    let output = run_python(&script, &[&items.broker.bootstrap, &items.topic, &registry.url, &versions[1].to_string()]);
     let decoded: Vec<(u32, i64, i64, i64, i64)> = serde_json::from_str(output.trim()).expect("the checker's JSON");
     assert_eq!(decoded.len(), 5, "two inserts, then an insert and an update's two images: {decoded:?}");
     assert!(decoded.iter().all(|d| d.2 == d.3), "the new reader schema reads every record as its writer wrote it: {decoded:?}");

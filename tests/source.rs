@@ -259,28 +259,17 @@ async fn avro_records_decode_with_confluent_kafka_against_the_registry() {
     assert_eq!(registry.subjects(), vec![format!("{topic}-key"), format!("{topic}-value")]);
     assert!(records.iter().all(|c| c.schema_id.is_some() && c.format == mssql_cdc_core::log::RecordFormat::Avro));
     let truth = truth(&sim.client_config()).await;
-    let script = r#"
+    let script = support::PY_MESSAGES.to_owned()
+        + r#"
 import sys, json, datetime, decimal
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import SerializationContext, MessageField
 bootstrap, topic, url = sys.argv[1:4]
 client = SchemaRegistryClient({"url": url})
 keys, values = AvroDeserializer(client), AvroDeserializer(client)
-consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "avro-check", "enable.auto.commit": False})
-parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-ends = {}
-for p in parts:
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-    if high > low:
-        ends[p] = high
-consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-seen, out = set(), []
-while len(seen) < len(ends):
-    m = consumer.poll(5)
-    if m is None or m.error():
-        continue
+out = []
+for m in messages(bootstrap, topic, "avro-check"):
     k = keys(m.key(), SerializationContext(topic, MessageField.KEY))
     v = values(m.value(), SerializationContext(topic, MessageField.VALUE))
     assert k == {"order_id": v["order_id"]}, (k, v)
@@ -289,11 +278,9 @@ while len(seen) < len(ends):
     assert isinstance(v["_commit_ts"], datetime.datetime) and v["_commit_ts"].tzinfo is not None
     assert isinstance(v["created_at"], datetime.datetime)
     out.append(["0x" + v["_start_lsn"].hex().upper(), "0x" + v["_seqval"].hex().upper(), v["_operation"]])
-    if m.offset() + 1 >= ends[m.partition()]:
-        seen.add(m.partition())
 print(json.dumps(out))
 "#;
-    let output = support::run_python(script, &[&broker.bootstrap, &topic, &registry.url]);
+    let output = support::run_python(&script, &[&broker.bootstrap, &topic, &registry.url]);
     let mut decoded: Vec<(String, String, i64)> = serde_json::from_str(output.trim()).expect("the checker's JSON");
     decoded.sort();
     let mut expected = truth.clone();

@@ -71,6 +71,29 @@ pub fn python() -> String {
     std::env::var("MSSQL_CDC_PYTHON").unwrap_or_else(|_| "python3".to_owned())
 }
 
+/// Python: `messages(bootstrap, topic, group)` yields every record of `topic` up to the end each
+/// partition has now, with confluent-kafka. Prepended to the scripts that read topics.
+pub const PY_MESSAGES: &str = r#"
+from confluent_kafka import Consumer, TopicPartition
+def messages(bootstrap, topic, group):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    ends = {}
+    for p in parts:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        if high > low:
+            ends[p] = high
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    seen = set()
+    while len(seen) < len(ends):
+        m = consumer.poll(5)
+        if m is None or m.error():
+            continue
+        yield m
+        if m.offset() + 1 >= ends[m.partition()]:
+            seen.add(m.partition())
+"#;
+
 /// Runs a Python script with arguments; panics with its output if it fails. Returns stdout.
 pub fn run_python(script: &str, args: &[&str]) -> String {
     let output = Command::new(python()).arg("-c").arg(script).args(args).output().expect("run python");
