@@ -118,11 +118,15 @@ impl Items {
 
     /// The change table's coordinates over TDS.
     async fn truth(&self) -> Vec<(String, String, i64)> {
-        let rows = query_rows(&self.sim.client_config(), "SELECT __$start_lsn, __$seqval, __$operation FROM cdc.dbo_items_CT").await;
-        let hex = mssql_cdc_testkit::sql::hex;
-        let mut truth: Vec<_> = rows.iter().map(|r| (hex(r.get::<&[u8], _>(0).unwrap()), hex(r.get::<&[u8], _>(1).unwrap()), i64::from(r.get::<i32, _>(2).unwrap()))).collect();
+        let mut truth: Vec<_> = self.change_rows("dbo_items").await.into_iter().map(|(c, _)| c).collect();
         truth.sort();
         truth
+    }
+
+    /// The `ddl_lsn`s of `cdc.ddl_history` over TDS, in order.
+    async fn ddl_lsns(&self) -> Vec<String> {
+        let rows = query_rows(&self.sim.client_config(), "SELECT ddl_lsn FROM cdc.ddl_history ORDER BY ddl_lsn").await;
+        rows.iter().map(|r| mssql_cdc_testkit::sql::hex(r.get::<&[u8], _>(0).unwrap())).collect()
     }
 
     /// `(start_lsn, seqval, operation, id)` of a change table over TDS.
@@ -270,6 +274,13 @@ impl Workload {
     }
 }
 
+/// Bronze's `(start_lsn, seqval, operation)` as the reader saw them, sorted.
+fn bronze_coordinates(found: &serde_json::Value) -> Vec<(String, String, i64)> {
+    let mut rows: Vec<_> = found["bronze"].as_array().unwrap().iter().map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap())).collect();
+    rows.sort();
+    rows
+}
+
 /// The `schema_change` events of the control records, with their batches.
 fn schema_changes(controls: &[ControlRecord]) -> Vec<(&ControlRecord, &mssql_cdc_core::log::control::SchemaChange)> {
     controls
@@ -339,11 +350,7 @@ async fn ddl_under_a_running_workload_flows_through_to_silver() {
     let found = items.read_when_applied(&mut sinks, last).await;
 
     // Bronze: every change once, `qty` widened.
-    let bronze: Vec<(String, String, i64)> = {
-        let mut rows: Vec<_> = found["bronze"].as_array().unwrap().iter().map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap())).collect();
-        rows.sort();
-        rows
-    };
+    let bronze = bronze_coordinates(&found);
     assert_eq!(bronze, items.truth().await, "bronze holds every change of cdc.dbo_items_CT once");
     assert_eq!(found["bronze_types"]["qty"], "int64", "bronze widened qty");
 
@@ -398,10 +405,7 @@ async fn fail_stops_on_the_first_ddl_and_classify_goes_past_it() {
     exec(&config, "INSERT INTO dbo.items (id, qty, label) VALUES (1, 1, N'a'); INSERT INTO dbo.items (id, qty, label) VALUES (2, 2, N'b')").await;
     exec(&config, "ALTER TABLE dbo.items ADD region nvarchar(20) NULL").await;
     exec(&config, "INSERT INTO dbo.items (id, qty, label, region) VALUES (3, 3, N'c', N'x')").await;
-    let ddl_lsn = {
-        let rows = query_rows(&config, "SELECT ddl_lsn FROM cdc.ddl_history").await;
-        mssql_cdc_testkit::sql::hex(rows[0].get::<&[u8], _>(0).unwrap())
-    };
+    let ddl_lsn = items.ddl_lsns().await.remove(0);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (code, logs) = run_until_exit(&items, "fail.toml", "schema_change_policy = \"fail\"");
     assert_eq!(code, Some(EXIT_SCHEMA_CHANGED), "the schema-changed exit code:\n{logs}");
@@ -441,10 +445,7 @@ async fn classify_stops_on_a_narrowing_until_a_cast_keeps_the_log_type() {
     assert_eq!(status.and_then(|s| s.code()), Some(EXIT_SCHEMA_CHANGED), "the schema-changed exit code:\n{logs}");
     assert!(logs.contains("`qty`") && logs.contains("qty bigint"), "the stop names the column and the cast:\n{logs}");
     let stopped = controls(&items.broker.bootstrap, &items.topic);
-    let ddl_lsn = {
-        let rows = query_rows(&config, "SELECT ddl_lsn FROM cdc.ddl_history").await;
-        mssql_cdc_testkit::sql::hex(rows[0].get::<&[u8], _>(0).unwrap())
-    };
+    let ddl_lsn = items.ddl_lsns().await.remove(0);
     assert!(stopped.iter().all(|c| c.to_lsn.to_string() < ddl_lsn), "nothing at or past the narrowing was published");
     let (again, _) = run_until_exit(&items, "again.toml", "");
     assert_eq!(again, Some(EXIT_SCHEMA_CHANGED), "a restart stops again");
@@ -479,15 +480,7 @@ async fn a_table_rolls_onto_a_new_capture_instance_under_a_workload_and_sigkills
     let config = items.sim.client_config();
     let pause = || tokio::time::sleep(Duration::from_millis(1500));
     exec(&config, "EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'items', @role_name = NULL, @capture_instance = N'dbo_items_v2'").await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let switched_at = loop {
-        let records = controls(&items.broker.bootstrap, &items.topic);
-        if let Some((control, _)) = switches(&records).first() {
-            break control.from_lsn.to_string();
-        }
-        assert!(Instant::now() < deadline, "the source did not move to dbo_items_v2:\n{}", source.logs());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let switched_at = switches(&items.wait_events("capture_instance_switched", 1, &source).await)[0].0.from_lsn.to_string();
     source.kill();
     source.respawn().unwrap();
     pause().await;
@@ -520,8 +513,7 @@ async fn a_table_rolls_onto_a_new_capture_instance_under_a_workload_and_sigkills
     let mut truth: Vec<(String, String, i64)> = old.into_iter().chain(new.iter().map(|(c, _)| c.clone())).collect();
     truth.sort();
     truth.dedup();
-    let mut bronze: Vec<(String, String, i64)> = found["bronze"].as_array().unwrap().iter().map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap())).collect();
-    bronze.sort();
+    let bronze = bronze_coordinates(&found);
     assert_eq!(bronze, truth, "bronze holds every change once across the switch");
     // Silver: equal to the table; region where the row changed since the switch.
     let table = items.table().await;

@@ -273,10 +273,7 @@ impl Stream {
         if let Some(mssql_cdc_core::log::control::Event::CaptureInstanceSwitched { gained, lost, .. }) = pending.first_mut()
             && let Some(record) = &last
         {
-            let before: Vec<&str> = record.schema.columns.iter().map(|c| c.name.as_str()).collect();
-            let after: Vec<&str> = schema.columns.iter().map(|c| c.name.as_str()).collect();
-            *gained = after.iter().filter(|c| !before.contains(c)).map(|c| (*c).to_owned()).collect();
-            *lost = before.iter().filter(|c| !after.contains(c)).map(|c| (*c).to_owned()).collect();
+            (*gained, *lost) = switch::gained_and_lost(&record.schema, &schema);
         }
         let zone = match &self.options.source_time_zone {
             SourceZone::Auto => match reader::current_timezone_id(conn, &self.connector).await? {

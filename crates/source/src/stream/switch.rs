@@ -17,10 +17,11 @@
 use std::time::{Duration, Instant};
 
 use mssql_cdc_core::log::control::{Event, SnapshotKind};
+use mssql_cdc_core::log::schema::TableSchema;
 use mssql_cdc_core::log::ControlRecord;
 use mssql_cdc_types::lsn::Lsn;
 
-use super::ddl::{compare, Verdict};
+use super::ddl::{column_drift, compare, Verdict};
 use super::snapshot::Opening;
 use super::{Position, Setup, Stream};
 use crate::connection::TdsClient;
@@ -110,14 +111,17 @@ impl Stream {
                 ),
             });
         }
-        let names = |columns: &[mssql_cdc_core::log::schema::Column]| columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
-        let (before, after) = (names(&setup.schema.columns), names(&captured.schema.columns));
-        let gained: Vec<String> = after.iter().filter(|c| !before.contains(c)).cloned().collect();
-        let lost: Vec<String> = before.iter().filter(|c| !after.contains(c)).cloned().collect();
+        let (gained, lost) = gained_and_lost(&setup.schema, &captured.schema);
         let from = std::mem::replace(&mut setup.instance, newer.clone());
         self.take_schema(setup, captured).await?;
         setup.newer = None;
         tracing::warn!(connector = %self.connector_name, from = %from.name, to = %newer.name, start_lsn = %newer.start_lsn, gained = ?gained, lost = ?lost, "the stream moved to the newer capture instance; capture_instance_switched published");
         Ok(Event::CaptureInstanceSwitched { from: from.name, to: newer.name.clone(), start_lsn: newer.start_lsn, gained, lost })
     }
+}
+
+/// The columns `after` has and `before` lacks, and those `before` has and `after` lacks.
+pub(super) fn gained_and_lost(before: &TableSchema, after: &TableSchema) -> (Vec<String>, Vec<String>) {
+    let names = |schema: &TableSchema| schema.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+    column_drift(&names(after), &names(before))
 }
