@@ -20,7 +20,7 @@ use mssql_cdc_sim::workload::SqlClient;
 use mssql_cdc_testkit::files::{bronze_toml, silver_toml, source_toml, worker_toml};
 
 use crate::support::pipeline::Lake;
-use crate::support::source::{controls, exec, query_rows, wait_caught_up};
+use crate::support::source::{controls, exec, query_rows, read_all, wait_caught_up};
 use crate::support::{run_python, spawn_stage, unique, write_file, SimServer, StageProcess, TestBroker};
 
 /// Exit code of `mssql-cdc run` when a stage stopped on a schema change.
@@ -628,4 +628,121 @@ os._exit(0)
     assert!(decoded.iter().all(|d| d.2 == d.3), "the new reader schema reads every record as its writer wrote it: {decoded:?}");
     assert_eq!(decoded.iter().filter(|d| d.0 == versions[0]).count(), 2, "the records before the widening carry the old writer schema");
     assert!(decoded.iter().any(|d| d.0 == versions[1] && d.2 == 6_000_000_000), "values only bigint holds, under the new one");
+}
+
+/// Reads the `column_warnings` facts rows' details of `app_id`. Prints a JSON list.
+const READ_WARNINGS: &str = r#"
+import sys, json
+from deltalake import DeltaTable
+facts, app_id = sys.argv[1:3]
+try:
+    rows = DeltaTable(facts).to_pyarrow_table(columns=["app_id", "event", "detail"]).to_pylist()
+except Exception:
+    rows = []
+print(json.dumps([json.loads(r["detail"]) for r in rows if r["event"] == "column_warnings" and r["app_id"] == app_id]))
+sys.stdout.flush()
+import os
+os._exit(0)
+"#;
+
+/// Computed columns, which CDC stores as NULL in every change row: without `columns` the log
+/// leaves them out, and the stream's first batch carries a `column_warnings` event naming
+/// them, which bronze keeps as a facts row; listed, one is published as NULL in change and
+/// snapshot rows alike. `columns` may also name a column only the table's newer capture
+/// instance captures: NULL while the stream reads the old instance, its values once the stream
+/// has moved to the new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn computed_columns_are_left_out_or_read_null_with_a_warning() {
+    let sim = SimServer::start(&[]).unwrap();
+    let broker = TestBroker::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake::local(dir.path());
+    let worker = write_file(dir.path(), "worker.toml", &worker_toml(&broker.bootstrap, ""));
+    let config = sim.client_config();
+    // Rows 1 and 2 predate CDC (a snapshot reads them); 3 and an update of 1 are in the first
+    // instance only; `region` and the instance capturing it come next, then changes with it.
+    exec(
+        &config,
+        "CREATE TABLE dbo.lines (id int NOT NULL PRIMARY KEY, qty int NOT NULL, price decimal(10,2) NOT NULL, total AS (qty * price) PERSISTED);
+         EXEC sys.sp_cdc_enable_db;
+         INSERT INTO dbo.lines VALUES (1, 2, 1.50), (2, 3, 2.00);
+         EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'lines', @role_name = NULL, @capture_instance = N'dbo_lines';
+         INSERT INTO dbo.lines VALUES (3, 1, 9.99);
+         UPDATE dbo.lines SET qty = 5 WHERE id = 1;
+         ALTER TABLE dbo.lines ADD region nvarchar(20) NULL;
+         EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'lines', @role_name = NULL, @capture_instance = N'dbo_lines_v2';
+         INSERT INTO dbo.lines (id, qty, price, region) VALUES (4, 2, 3.00, N'emea');
+         UPDATE dbo.lines SET region = N'apac' WHERE id = 3;",
+    )
+    .await;
+    let source = |file: &str, prefix: &str, extra: &str| {
+        let text = source_toml(file, sim.address.port(), prefix, extra).replace("[\"dbo_orders\"]", "[\"dbo_lines\"]");
+        spawn_stage(&worker, &write_file(dir.path(), &format!("{file}.toml"), &text), &[])
+    };
+    let (plain, listed) = (unique("computed"), unique("listed"));
+    let (plain_topic, listed_topic) = (format!("{plain}.sales.dbo.lines"), format!("{listed}.sales.dbo.lines"));
+    let mut plain_source = source("plain-source", &plain, "bootstrap = true");
+    let mut listed_source = source("listed-source", &listed, "columns = [\"id\", \"qty\", \"total\", \"region\"]");
+    let bronze = write_file(dir.path(), "bronze.toml", &bronze_toml("lines", &plain_topic, "lines-bronze", &lake, ""));
+    let mut bronze = spawn_stage(&worker, &bronze, &[]);
+    // Each stream builds two schemas (at start, and at the switch to the newer instance): it
+    // is done once the second one's warning is published.
+    let settled = |topic: &str, source: &StageProcess| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let records = controls(&broker.bootstrap, topic);
+            if records.iter().flat_map(|c| &c.events).filter(|e| e.name() == "column_warnings").count() >= 2 {
+                return records;
+            }
+            assert!(Instant::now() < deadline, "no second column_warnings event on {topic}:\n{}", source.logs());
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    wait_caught_up(&broker.bootstrap, &plain_topic, &config, &plain_source, Duration::from_secs(60)).await;
+    let plain_controls = settled(&plain_topic, &plain_source);
+    wait_caught_up(&broker.bootstrap, &listed_topic, &config, &listed_source, Duration::from_secs(60)).await;
+    let listed_controls = settled(&listed_topic, &listed_source);
+    let warnings = |controls: &[ControlRecord]| -> Vec<(u64, mssql_cdc_core::log::control::ColumnWarnings)> {
+        let found = controls.iter().flat_map(|c| c.events.iter().map(move |e| (c.batch_id, e)));
+        found.filter_map(|(batch, e)| if let Event::ColumnWarnings(w) = e { Some((batch, w.clone())) } else { None }).collect()
+    };
+
+    // Without `columns`: no `total` on the log, before the switch or after; a warning per schema.
+    assert!(plain_controls.iter().all(|c| c.schema.columns.iter().all(|col| col.name != "total")), "the computed column stays off the log");
+    let plain_warnings = warnings(&plain_controls);
+    let instances: Vec<&str> = plain_warnings.iter().map(|(_, w)| w.capture_instance.as_str()).collect();
+    assert_eq!(instances, ["dbo_lines", "dbo_lines_v2"], "one warning per schema the stream built (at start, at the switch): {plain_warnings:?}");
+    assert!(plain_warnings.iter().all(|(_, w)| w.computed_left_out == ["total"] && w.computed_null.is_empty()), "{plain_warnings:?}");
+    let plain_values: Vec<serde_json::Value> = read_all(&broker.bootstrap, &plain_topic).iter().map(|r| serde_json::from_slice(&r.value).unwrap()).collect();
+    assert!(plain_values.iter().any(|v| v["_operation"] == 0) && plain_values.iter().all(|v| v.get("total").is_none()), "snapshot and change rows alike: {plain_values:?}");
+    // Bronze keeps the warning as a facts row.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let facts = loop {
+        let found: Vec<serde_json::Value> = serde_json::from_str(run_python(READ_WARNINGS, &[&lake.table("facts"), "lines-bronze"]).trim()).unwrap();
+        if found.len() >= 2 {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "no two column_warnings facts rows in time:\n{}", bronze.logs());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let mut noted: Vec<&str> = facts.iter().map(|f| f["capture_instance"].as_str().unwrap()).collect();
+    noted.sort();
+    assert_eq!(noted, ["dbo_lines", "dbo_lines_v2"], "one facts row per warning: {facts:?}");
+    assert!(facts.iter().all(|f| f["computed_left_out"] == serde_json::json!(["total"])), "{facts:?}");
+
+    // Listed: `total` is NULL everywhere; `region` is NULL from the first instance, real from
+    // the second; each schema's warning says so.
+    let listed_warnings = warnings(&listed_controls);
+    assert_eq!(listed_warnings.len(), 2, "one warning at start, one at the switch: {listed_warnings:?}");
+    assert_eq!((listed_warnings[0].1.computed_null.clone(), listed_warnings[0].1.other_instance.clone()), (vec!["total".to_owned()], vec!["region".to_owned()]));
+    assert_eq!((listed_warnings[1].1.capture_instance.as_str(), listed_warnings[1].1.other_instance.is_empty()), ("dbo_lines_v2", true));
+    let listed_values: Vec<serde_json::Value> = read_all(&broker.bootstrap, &listed_topic).iter().map(|r| serde_json::from_slice(&r.value).unwrap()).collect();
+    assert!(listed_values.iter().all(|v| v.get("total") == Some(&serde_json::Value::Null)), "{listed_values:?}");
+    let old: Vec<&serde_json::Value> = listed_values.iter().filter(|v| v["_capture_instance"] == "dbo_lines").collect();
+    let new: Vec<&serde_json::Value> = listed_values.iter().filter(|v| v["_capture_instance"] == "dbo_lines_v2").collect();
+    assert_eq!(old.len(), 3, "the insert of 3 and the update of 1 (two images), from the first instance: {old:?}");
+    assert!(old.iter().all(|v| v["region"].is_null()), "{old:?}");
+    let regions: BTreeSet<String> = new.iter().filter_map(|v| v["region"].as_str().map(str::to_owned)).collect();
+    assert_eq!(regions, BTreeSet::from(["emea".to_owned(), "apac".to_owned()]), "after the switch `region` carries values: {new:?}");
+    stop_all([&mut plain_source, &mut listed_source, &mut bronze].into_iter());
 }

@@ -134,6 +134,9 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
         acked as f64 / raw_secs,
         raw_bytes as f64 / 1e6 / raw_secs
     );
+    // The ceiling: the same change rows read over TDS with nothing done to them.
+    let (bare_rows, bare_secs) = bare_read(address, "SELECT * FROM cdc.dbo_orders_CT ORDER BY __$start_lsn, __$seqval, __$operation").await?;
+    println!("baseline (bare tiberius read of the same change rows over TDS): {bare_rows} rows in {bare_secs:.2} s = {:.0} rows/s; the source reached {:.0}% of it", bare_rows as f64 / bare_secs, 100.0 * (rows as f64 / source_secs) / (bare_rows as f64 / bare_secs));
     println!("peak RSS of the process (simulator, broker and source together): {:.0} MB", peak_rss_mb());
     if then_bronze {
         bronze(&kafka, batches).await?;
@@ -196,6 +199,23 @@ async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// Every row `sql` returns, read over TDS from the simulator at `address` by tiberius, each
+/// value decoded: (rows, seconds). The ceiling of a stage reading the same rows.
+pub(super) async fn bare_read(address: std::net::SocketAddr, sql: &str) -> anyhow::Result<(u64, f64)> {
+    use futures::TryStreamExt;
+    let config = mssql_cdc_sim::client::ClientConfig { address, user: "sa".into(), password: mssql_cdc_sim::client::password_from_env(), database: "sales".into() };
+    let mut client = mssql_cdc_sim::client::connect(&config).await?;
+    let started = Instant::now();
+    let mut stream = client.simple_query(sql).await?.into_row_stream();
+    let (mut rows, mut cells) = (0u64, 0usize);
+    while let Some(row) = stream.try_next().await? {
+        cells += row.into_iter().count();
+        rows += 1;
+    }
+    anyhow::ensure!(cells > 0 || rows == 0, "rows without values");
+    Ok((rows, started.elapsed().as_secs_f64()))
 }
 
 /// Runs a blocking call (the test kit's Kafka readers) on the blocking pool.

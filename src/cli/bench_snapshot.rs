@@ -20,11 +20,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use futures::TryStreamExt;
 use mssql_cdc::broker::BrokerStorage;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_lake::facts::facts_app_id;
-use mssql_cdc_sim::client::{connect, ClientConfig};
 use mssql_cdc_sim::workload::{SqlClient as _, Workload, ORDERS_CDC, ORDERS_DDL};
 use mssql_cdc_sim::{LocalClient, SimConfig, Simulator};
 use mssql_cdc_testkit::kafka::totals;
@@ -133,7 +131,7 @@ async fn one_size(rows: u64, fetch_rows: u64, dir: &std::path::Path) -> anyhow::
     let services = Services::start(BrokerStorage::Memory, "mssql-cdc-bench", &sim).await?;
     let kafka = KafkaConfig { bootstrap_servers: services.broker_address.to_string(), ..KafkaConfig::default() };
 
-    let (bare_rows, bare_secs) = bare_read(services.sim_address).await?;
+    let (bare_rows, bare_secs) = super::bench::bare_read(services.sim_address, "SELECT * FROM dbo.orders ORDER BY order_id").await?;
     eprintln!("bench: bare TDS read of {bare_rows} rows in {bare_secs:.1} s");
     let files = Files::write(dir, &services.broker_address.to_string(), services.sim_address, &format!("bootstrap = true\nsnapshot_fetch_rows = {fetch_rows}"))?;
     let (source_secs, source_peak_mb, fed, bronze_secs, bronze_peak_mb) = snapshot_into_bronze(&files, dir, &kafka, rows).await?;
@@ -141,18 +139,3 @@ async fn one_size(rows: u64, fetch_rows: u64, dir: &std::path::Path) -> anyhow::
     Ok(Measured { rows, bare_secs, bare_rows, source_secs, bytes: fed.bytes, batches: fed.batches, source_peak_mb, bronze_secs, bronze_peak_mb })
 }
 
-/// Every row of `dbo.orders` read over TDS by tiberius in key order, each value decoded:
-/// (rows, seconds).
-async fn bare_read(address: std::net::SocketAddr) -> anyhow::Result<(u64, f64)> {
-    let config = ClientConfig { address, user: "sa".into(), password: mssql_cdc_sim::client::password_from_env(), database: "sales".into() };
-    let mut client = connect(&config).await?;
-    let started = Instant::now();
-    let mut stream = client.simple_query("SELECT * FROM dbo.orders ORDER BY order_id").await?.into_row_stream();
-    let (mut rows, mut cells) = (0u64, 0usize);
-    while let Some(row) = stream.try_next().await? {
-        cells += row.into_iter().count();
-        rows += 1;
-    }
-    anyhow::ensure!(cells > 0 || rows == 0, "rows without values");
-    Ok((rows, started.elapsed().as_secs_f64()))
-}

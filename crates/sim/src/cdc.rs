@@ -32,6 +32,8 @@ pub struct CapturedColumn {
     pub ty: SqlType,
     /// 1-based position, the update mask's bit ordinal.
     pub ordinal: i32,
+    /// A computed column: every change row holds NULL for it.
+    pub computed: bool,
 }
 
 /// One row of a change table, keyed by (`__$start_lsn`, `__$seqval`, `__$operation`).
@@ -199,7 +201,7 @@ mod tests {
             source_schema: "dbo".into(),
             source_table: "t".into(),
             captured: (1..=columns as i32)
-                .map(|ordinal| CapturedColumn { name: format!("c{ordinal}"), column_id: ordinal, ty: SqlType::Int, ordinal })
+                .map(|ordinal| CapturedColumn { name: format!("c{ordinal}"), column_id: ordinal, ty: SqlType::Int, ordinal, computed: false })
                 .collect(),
             index_name: None,
             index_columns: vec![],

@@ -556,6 +556,8 @@ impl Database {
                         .map(|column| {
                             let position = change.columns.iter().position(|name| name.eq_ignore_ascii_case(&column.name));
                             match (row, position) {
+                                // CDC keeps no value of a computed column, persisted or not.
+                                _ if column.computed => Value::Null,
                                 (Some(values), Some(index)) => values[index].cast(column.ty).unwrap_or(Value::Null),
                                 _ => Value::Null,
                             }

@@ -19,6 +19,9 @@ pub struct Column {
     pub nullable: bool,
     /// `sys.columns.column_id`: ids are never reused after a column is dropped.
     pub column_id: i32,
+    /// A computed column's expression (`name AS (expression)`): its value is recomputed on
+    /// every write, and no statement writes it.
+    pub computed: Option<Box<sqlparser::ast::Expr>>,
 }
 
 /// A key of the clustered index; `Ord` is SQL Server's index order (NULL first).

@@ -144,6 +144,38 @@ fn after_ddl_only_a_new_capture_instance_captures_the_new_column() {
     assert_eq!(third.number, 22962);
 }
 
+/// relational-databases/track-changes/about-change-data-capture-sql-server ("Computed
+/// columns"): a computed column's value is derived on every write and readable in the table,
+/// but every change row holds NULL for it, persisted or not; no statement may write it (271);
+/// `cdc.captured_columns.is_computed` names it. t-sql/statements/alter-table-computed-column-
+/// definition-transact-sql: one added later is computed on the rows already there.
+#[test]
+fn computed_columns_read_in_the_table_and_null_in_change_rows() {
+    let mut s = Sim::new(SimConfig::default());
+    s.exec("EXEC sys.sp_cdc_enable_db");
+    s.exec("CREATE TABLE dbo.lines (id int PRIMARY KEY, qty int NOT NULL, price decimal(10,2) NOT NULL, total AS (qty * price) PERSISTED, label AS (CONCAT(N'line ', id)))");
+    s.exec("EXEC sys.sp_cdc_enable_table @source_schema = N'dbo', @source_name = N'lines', @role_name = NULL");
+    s.exec("INSERT INTO dbo.lines VALUES (1, 3, 2.50)");
+    s.exec("INSERT INTO dbo.lines (id, qty, price) VALUES (2, 1, 10.00)");
+    s.exec("UPDATE dbo.lines SET qty = 4 WHERE id = 1");
+    let table = s.query("SELECT id, total, label FROM dbo.lines ORDER BY id").rows;
+    assert_eq!(table[0][1], Value::Numeric { value: 1000, scale: 2 }, "4 x 2.50, recomputed by the UPDATE");
+    assert_eq!(table[1][2], Value::Text("line 2".into()));
+    let changes = s.query("SELECT __$operation, qty, total, label FROM cdc.dbo_lines_CT ORDER BY __$start_lsn, __$seqval, __$operation").rows;
+    assert_eq!(changes.len(), 4);
+    assert!(changes.iter().all(|row| row[2] == Value::Null && row[3] == Value::Null), "{changes:?}");
+    assert_eq!(int(&changes[3][1]), 4);
+    let flags = s.query("SELECT column_name, is_computed FROM cdc.captured_columns ORDER BY column_ordinal").rows;
+    let computed: Vec<String> = flags.iter().filter(|r| r[1] == Value::Bit(true)).map(|r| r[0].to_text().unwrap()).collect();
+    assert_eq!(computed, ["total", "label"]);
+    assert_eq!(s.fail("UPDATE dbo.lines SET total = 1 WHERE id = 1").number, 271);
+    assert_eq!(s.fail("INSERT INTO dbo.lines (id, qty, price, total) VALUES (3, 1, 1, 1)").number, 271);
+    s.exec("ALTER TABLE dbo.lines ADD doubled AS (qty * 2)");
+    assert_eq!(int(&s.scalar("SELECT doubled FROM dbo.lines WHERE id = 1")), 8);
+    let history = s.query("SELECT ddl_command FROM cdc.ddl_history").rows;
+    assert_eq!(history[0][0].to_text().unwrap(), "ALTER TABLE dbo.lines ADD doubled AS (qty * 2)");
+}
+
 /// relational-databases/track-changes/about-change-data-capture-sql-server: a dropped captured
 /// column stays in the change table and reads NULL afterwards.
 #[test]

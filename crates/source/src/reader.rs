@@ -175,61 +175,151 @@ pub struct CapturedTable {
     pub select: Vec<String>,
     /// Each captured column's SQL Server type name (`varchar`, `datetime`, ...), by name.
     pub sql_types: Vec<(String, String)>,
+    /// The columns left out or read as NULL, and why.
+    pub notes: ColumnNotes,
+}
+
+/// A column some capture instance of the table captures, as the catalog describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CatalogColumn {
+    /// Its name.
+    pub name: String,
+    /// Its SQL Server type name (`sys.types.name`).
+    pub type_name: String,
+    /// `sys.columns.precision`.
+    pub precision: u8,
+    /// `sys.columns.scale`.
+    pub scale: u8,
+    /// A computed column (`cdc.captured_columns.is_computed`): CDC stores NULL for it.
+    pub computed: bool,
+    /// Captured by the instance the stream reads (otherwise only by another instance of the
+    /// same table).
+    pub here: bool,
+}
+
+/// Columns the schema leaves out or reads as NULL, for the warning the stream records.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ColumnNotes {
+    /// Computed columns left out of the log (`columns` omitted).
+    pub computed_left_out: Vec<String>,
+    /// Computed columns `columns` lists: NULL in every row, snapshot rows too.
+    pub computed_null: Vec<String>,
+    /// Columns `columns` lists that only another capture instance of the table captures: NULL
+    /// until the stream reads an instance that captures them.
+    pub other_instance: Vec<String>,
+}
+
+impl ColumnNotes {
+    /// Whether there is nothing to warn about.
+    pub fn is_empty(&self) -> bool {
+        self.computed_left_out.is_empty() && self.computed_null.is_empty() && self.other_instance.is_empty()
+    }
+
+    /// The columns published as NULL in every row (listed computed ones, and those only
+    /// another instance captures).
+    pub fn null_columns(&self) -> Vec<String> {
+        self.computed_null.iter().chain(&self.other_instance).cloned().collect()
+    }
+
+    /// The `column_warnings` event of these notes, `None` when there are none.
+    pub fn event(&self, capture_instance: &str) -> Option<mssql_cdc_core::log::control::Event> {
+        (!self.is_empty()).then(|| {
+            mssql_cdc_core::log::control::Event::ColumnWarnings(mssql_cdc_core::log::control::ColumnWarnings {
+                capture_instance: capture_instance.to_owned(),
+                computed_left_out: self.computed_left_out.clone(),
+                computed_null: self.computed_null.clone(),
+                other_instance: self.other_instance.clone(),
+            })
+        })
+    }
 }
 
 /// The captured columns with their types, and the select list that reads them (casts
-/// applied), following the `columns` option.
+/// applied), following the `columns` option; `columns` may name a column any capture instance
+/// of the table captures.
 pub async fn table_schema(client: &mut TdsClient, connector: &Connector, instance: &Instance, options: &MssqlSourceSettings) -> Result<CapturedTable, SourceError> {
-    let sql = "SELECT cc.column_name, t.name, c.precision, c.scale \
-               FROM cdc.change_tables ct \
+    let sql = "SELECT ct.capture_instance, cc.column_name, t.name, c.precision, c.scale, cc.is_computed \
+               FROM cdc.change_tables me \
+               JOIN cdc.change_tables ct ON ct.source_object_id = me.source_object_id \
                JOIN cdc.captured_columns cc ON cc.object_id = ct.object_id \
                JOIN sys.columns c ON c.object_id = ct.object_id AND c.name = cc.column_name \
                JOIN sys.types t ON t.user_type_id = c.user_type_id \
-               WHERE ct.capture_instance = @P1 \
-               ORDER BY cc.column_ordinal";
+               WHERE me.capture_instance = @P1 \
+               ORDER BY ct.capture_instance, cc.column_ordinal";
     let rows = rows(client, connector, sql, &[&instance.name.as_str()]).await?;
-    let mut captured = Vec::new();
+    let mut here = Vec::new();
+    let mut elsewhere: Vec<CatalogColumn> = Vec::new();
     for row in &rows {
-        let name = text(row, 0).unwrap_or_default();
-        let type_name = text(row, 1).unwrap_or_default();
-        let precision = row.try_get::<u8, _>(2).ok().flatten().unwrap_or(0);
-        let scale = row.try_get::<u8, _>(3).ok().flatten().unwrap_or(0);
-        captured.push((name, type_name, precision, scale));
+        let column = CatalogColumn {
+            name: text(row, 1).unwrap_or_default(),
+            type_name: text(row, 2).unwrap_or_default(),
+            precision: row.try_get::<u8, _>(3).ok().flatten().unwrap_or(0),
+            scale: row.try_get::<u8, _>(4).ok().flatten().unwrap_or(0),
+            computed: row.try_get::<bool, _>(5).ok().flatten().unwrap_or(false),
+            here: text(row, 0).is_some_and(|ci| ci == instance.name),
+        };
+        if column.here {
+            here.push(column);
+        } else if !elsewhere.iter().any(|c| c.name == column.name) {
+            elsewhere.push(column);
+        }
     }
-    let (schema, select) = build_schema(&instance.name, &instance.index_columns, &captured, &options.columns, options.include_command_id)?;
-    let sql_types = captured.into_iter().map(|(name, type_name, _, _)| (name, type_name.to_ascii_lowercase())).collect();
-    Ok(CapturedTable { schema, select, sql_types })
+    // The instance's own columns first, in its order; then what only another instance has.
+    elsewhere.retain(|other| !here.iter().any(|c| c.name == other.name));
+    let catalog: Vec<CatalogColumn> = here.into_iter().chain(elsewhere).collect();
+    let (schema, select, notes) = build_schema(&instance.name, &instance.index_columns, &catalog, &options.columns, options.include_command_id)?;
+    let sql_types = catalog.into_iter().filter(|c| c.here).map(|c| (c.name, c.type_name.to_ascii_lowercase())).collect();
+    Ok(CapturedTable { schema, select, sql_types, notes })
 }
 
-/// Builds the schema and select list from the catalog's facts, pure.
+/// Builds the schema and select list from the catalog's facts, pure. Without `columns`, the
+/// instance's captured columns but its computed ones; a listed computed column, or one only
+/// another instance captures, is selected as a typed NULL.
 pub fn build_schema(
     capture_instance: &str,
     index_columns: &[String],
-    captured: &[(String, String, u8, u8)],
+    catalog: &[CatalogColumn],
     choices: &[ColumnChoice],
     include_command_id: bool,
-) -> Result<(TableSchema, Vec<String>), SourceError> {
+) -> Result<(TableSchema, Vec<String>, ColumnNotes), SourceError> {
     let schema_error = |message: String| SourceError::Schema { capture_instance: capture_instance.to_owned(), message };
-    if captured.is_empty() {
+    if !catalog.iter().any(|c| c.here) {
         return Err(schema_error("the capture instance has no captured columns".into()));
     }
-    let find = |name: &str| captured.iter().find(|c| c.0 == name).or_else(|| captured.iter().find(|c| c.0.eq_ignore_ascii_case(name)));
+    let find = |name: &str| catalog.iter().find(|c| c.name == name).or_else(|| catalog.iter().find(|c| c.name.eq_ignore_ascii_case(name)));
+    let mut notes = ColumnNotes::default();
+    let wanted: Vec<ColumnChoice> = if choices.is_empty() {
+        notes.computed_left_out = catalog.iter().filter(|c| c.here && c.computed).map(|c| c.name.clone()).collect();
+        catalog.iter().filter(|c| c.here && !c.computed).map(|c| ColumnChoice { name: c.name.clone(), cast: None }).collect()
+    } else {
+        choices.to_vec()
+    };
     let mut columns = Vec::new();
     let mut select = Vec::new();
-    let wanted: Vec<ColumnChoice> =
-        if choices.is_empty() { captured.iter().map(|c| ColumnChoice { name: c.0.clone(), cast: None }).collect() } else { choices.to_vec() };
     for ColumnChoice { name, cast } in wanted {
-        let (actual, type_name, precision, scale) =
-            find(&name).ok_or_else(|| schema_error(format!("columns: `{name}` is not captured; captured: {}", captured.iter().map(|c| c.0.as_str()).collect::<Vec<_>>().join(", "))))?;
+        let column = find(&name).ok_or_else(|| {
+            let captured: Vec<&str> = catalog.iter().map(|c| c.name.as_str()).collect();
+            schema_error(format!("columns: `{name}` is captured by no capture instance of the table; captured: {}", captured.join(", ")))
+        })?;
+        let actual = &column.name;
         let ty = match &cast {
             Some(cast) => cast.ty,
-            None => ColumnType::from_sql(type_name, *precision, *scale)
-                .ok_or_else(|| schema_error(format!("column `{actual}` has type {type_name}, which the log cannot carry; leave it out with `columns` or cast it (e.g. \"{actual} nvarchar(max)\")")))?,
+            None => ColumnType::from_sql(&column.type_name, column.precision, column.scale).ok_or_else(|| {
+                schema_error(format!("column `{actual}` has type {}, which the log cannot carry; leave it out with `columns` or cast it (e.g. \"{actual} nvarchar(max)\")", column.type_name))
+            })?,
         };
+        let null = !column.here || column.computed;
         select.push(match &cast {
+            // CDC stores NULL for a computed column; the snapshot reads the same NULL.
+            _ if null => format!("CAST(NULL AS {}) AS {}", cast.as_ref().map_or_else(|| ty.sql_type(), |c| c.sql_type.clone()), quote(actual)),
             Some(cast) => format!("CAST({} AS {}) AS {}", quote(actual), cast.sql_type, quote(actual)),
             None => quote(actual),
         });
+        if !column.here {
+            notes.other_instance.push(actual.clone());
+        } else if column.computed {
+            notes.computed_null.push(actual.clone());
+        }
         columns.push(Column { name: actual.clone(), ty });
     }
     let mut key = Vec::new();
@@ -242,7 +332,7 @@ pub fn build_schema(
     }
     // A table without a unique index has no key: its records all carry the empty key (one
     // partition, in order); silver then needs `keys`, and a snapshot `snapshot_keys`.
-    Ok((TableSchema { columns, key, include_command_id }, select))
+    Ok((TableSchema { columns, key, include_command_id }, select, notes))
 }
 
 /// The maximum and minimum LSNs and the server clock.
@@ -488,23 +578,53 @@ mod tests {
         assert!(choose_instance(all, "dbo_nope").unwrap_err().to_string().contains("dbo_items"));
     }
 
+    fn catalog(name: &str, type_name: &str, precision: u8, scale: u8) -> CatalogColumn {
+        CatalogColumn { name: name.into(), type_name: type_name.into(), precision, scale, computed: false, here: true }
+    }
+
+    fn choose(columns: &[&str]) -> Vec<ColumnChoice> {
+        columns.iter().map(|c| crate::config::parse_column(c).unwrap()).collect()
+    }
+
     #[test]
     fn schema_follows_the_columns_option_and_requires_the_key() {
-        let captured = vec![
-            ("id".to_owned(), "int".to_owned(), 10, 0),
-            ("amount".to_owned(), "money".to_owned(), 19, 4),
-            ("shape".to_owned(), "geography".to_owned(), 0, 0),
-        ];
-        let choose = |columns: &[&str]| columns.iter().map(|c| crate::config::parse_column(c).unwrap()).collect::<Vec<_>>();
-        let (schema, select) = build_schema("dbo_t", &["id".into()], &captured, &choose(&["ID", "amount decimal(10,2)"]), true).unwrap();
+        let captured = vec![catalog("id", "int", 10, 0), catalog("amount", "money", 19, 4), catalog("shape", "geography", 0, 0)];
+        let (schema, select, _) = build_schema("dbo_t", &["id".into()], &captured, &choose(&["ID", "amount decimal(10,2)"]), true).unwrap();
         assert_eq!(select, vec!["[id]", "CAST([amount] AS decimal(10,2)) AS [amount]"]);
         assert_eq!(schema.columns[1].ty, ColumnType::Decimal { precision: 10, scale: 2 });
         let all = build_schema("dbo_t", &["id".into()], &captured, &[], true).unwrap_err().to_string();
         assert!(all.contains("shape") && all.contains("geography"), "{all}");
         let error = build_schema("dbo_t", &["id".into()], &captured, &choose(&["amount"]), true).unwrap_err().to_string();
         assert!(error.contains("key column `id`"), "{error}");
-        let (keyless, _) = build_schema("dbo_t", &[], &captured, &choose(&["id", "amount"]), true).unwrap();
+        let (keyless, _, _) = build_schema("dbo_t", &[], &captured, &choose(&["id", "amount"]), true).unwrap();
         assert!(keyless.key.is_empty(), "a table without a unique index streams with no key");
+    }
+
+    /// Invariant: a computed column (NULL in every change row) is left out unless listed, and
+    /// a listed one reads as a typed NULL in change and snapshot rows alike; a column only
+    /// another instance of the table captures may be listed and reads NULL until then; one no
+    /// instance captures is refused. Each case is noted for the warning.
+    #[test]
+    fn computed_and_other_instance_columns_are_left_out_or_read_null() {
+        let columns = vec![
+            catalog("id", "int", 10, 0),
+            CatalogColumn { computed: true, ..catalog("total", "decimal", 21, 2) },
+            catalog("qty", "int", 10, 0),
+            CatalogColumn { here: false, ..catalog("region", "nvarchar", 0, 0) },
+        ];
+        let (schema, select, notes) = build_schema("dbo_t", &["id".into()], &columns, &[], true).unwrap();
+        assert_eq!(schema.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["id", "qty"]);
+        assert_eq!(select, ["[id]", "[qty]"]);
+        assert_eq!(notes, ColumnNotes { computed_left_out: vec!["total".into()], ..ColumnNotes::default() });
+        let (schema, select, notes) = build_schema("dbo_t", &["id".into()], &columns, &choose(&["id", "total", "REGION", "qty bigint"]), true).unwrap();
+        assert_eq!(select, ["[id]", "CAST(NULL AS decimal(21,2)) AS [total]", "CAST(NULL AS nvarchar(max)) AS [region]", "CAST([qty] AS bigint) AS [qty]"]);
+        assert_eq!(schema.columns[2].ty, ColumnType::String);
+        assert_eq!((notes.computed_null, notes.other_instance), (vec!["total".to_owned()], vec!["region".to_owned()]));
+        assert!(notes.computed_left_out.is_empty());
+        let unknown = build_schema("dbo_t", &["id".into()], &columns, &choose(&["id", "nope"]), true).unwrap_err().to_string();
+        assert!(unknown.contains("`nope` is captured by no capture instance") && unknown.contains("region"), "{unknown}");
+        let elsewhere_only = vec![CatalogColumn { here: false, ..catalog("id", "int", 10, 0) }];
+        assert!(build_schema("dbo_t", &[], &elsewhere_only, &[], true).is_err(), "the instance itself captures nothing");
     }
 
     #[test]

@@ -423,6 +423,9 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         lost: Vec<String>,
     },
+    /// Columns the stream leaves out or reads as NULL, recorded on the first record it
+    /// publishes after building its schema (at start and at a capture-instance switch).
+    ColumnWarnings(ColumnWarnings),
     /// A re-snapshot is complete: downstream rebuilds from it; `lost` is the gap it repairs.
     Resnapshot {
         /// S.
@@ -448,6 +451,7 @@ impl Event {
             Self::Resnapshot { .. } => "resnapshot",
             Self::SchemaChange(_) => "schema_change",
             Self::CaptureInstanceSwitched { .. } => "capture_instance_switched",
+            Self::ColumnWarnings(_) => "column_warnings",
         }
     }
 }
@@ -477,6 +481,24 @@ pub struct SchemaChange {
     pub dropped: Vec<String>,
     /// The schema version of the batch (and of the batches after it).
     pub schema_version: u64,
+}
+
+/// A `column_warnings` event: what of the table's captured columns the log does not carry
+/// as values.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnWarnings {
+    /// The capture instance the schema was built for.
+    pub capture_instance: String,
+    /// Computed columns left out of the log (`columns` omitted): CDC stores NULL for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub computed_left_out: Vec<String>,
+    /// Computed columns `columns` lists: NULL in every row, snapshot rows too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub computed_null: Vec<String>,
+    /// Columns `columns` lists that only another capture instance of the table captures: NULL
+    /// until the stream reads an instance that captures them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_instance: Vec<String>,
 }
 
 /// A captured column's log type before and after a DDL.

@@ -97,6 +97,27 @@ impl ColumnType {
         })
     }
 
+    /// A T-SQL type whose values read as this log type (`CAST(... AS <it>)`): the widest of
+    /// its SQL Server types where several map to it.
+    pub fn sql_type(self) -> String {
+        match self {
+            Self::Boolean => "bit".into(),
+            Self::Int16 => "smallint".into(),
+            Self::Int32 => "int".into(),
+            Self::Int64 => "bigint".into(),
+            Self::Float32 => "real".into(),
+            Self::Float64 => "float".into(),
+            Self::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+            Self::String => "nvarchar(max)".into(),
+            Self::Binary => "varbinary(max)".into(),
+            Self::Date => "date".into(),
+            Self::Time => "time(6)".into(),
+            Self::LocalTimestamp => "datetime2(6)".into(),
+            Self::Timestamp => "datetimeoffset(6)".into(),
+            Self::Uuid => "uniqueidentifier".into(),
+        }
+    }
+
     /// Parses a cast target as the `columns` option writes it: `int`, `decimal(18,2)`,
     /// `nvarchar(100)`, `datetime2(3)`, ... The text is the T-SQL type; `None` if unknown.
     pub fn parse_sql(text: &str) -> Option<Self> {

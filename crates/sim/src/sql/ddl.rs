@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 
 use sqlparser::ast::{AlterTable, AlterTableOperation, ColumnDef, ColumnOption, CreateTable, DataType, Ident, ObjectName, TableConstraint};
 
+use super::computed;
 use super::expr::{data_type_of, object_name};
 use crate::db::{Database, DdlChange, OpenTxn};
 use crate::error::{SqlError, SqlResult};
 use crate::table::{Column, Table};
+use crate::types::SqlType;
 use crate::value::Value;
 
 fn split_name(db: &Database, name: &ObjectName) -> SqlResult<(String, String)> {
@@ -25,11 +27,15 @@ fn split_name(db: &Database, name: &ObjectName) -> SqlResult<(String, String)> {
 }
 
 fn column_of(def: &ColumnDef, column_id: i32) -> SqlResult<(Column, bool)> {
-    let ty = data_type_of(&def.data_type)?;
+    // A computed column's type comes from its expression, once the table's columns are known.
+    let marked = computed::is_marker(&def.data_type);
+    let ty = if marked { SqlType::Int } else { data_type_of(&def.data_type)? };
     let mut nullable = true;
     let mut primary = false;
+    let mut expression = None;
     for option in &def.options {
         match &option.option {
+            ColumnOption::Generated { generation_expr: Some(expr), .. } if marked => expression = Some(Box::new(expr.clone())),
             ColumnOption::NotNull => nullable = false,
             ColumnOption::Null => nullable = true,
             ColumnOption::PrimaryKey(_) => {
@@ -40,7 +46,10 @@ fn column_of(def: &ColumnDef, column_id: i32) -> SqlResult<(Column, bool)> {
             other => return Err(SqlError::unsupported(&format!("the column option `{other}`"))),
         }
     }
-    Ok((Column { name: def.name.value.clone(), ty, nullable, column_id }, primary))
+    if marked && expression.is_none() {
+        return Err(SqlError::syntax("a computed column needs AS (expression)"));
+    }
+    Ok((Column { name: def.name.value.clone(), ty, nullable, column_id, computed: expression }, primary))
 }
 
 /// `CREATE TABLE` with a primary key (column or table constraint) or unique constraint.
@@ -65,6 +74,7 @@ pub fn create_table(db: &mut Database, txn: &mut OpenTxn, create: &CreateTable) 
         }
         columns.push(column);
     }
+    computed::infer_types(db, &name, &mut columns)?;
     let mut unique: Option<(Option<String>, Vec<String>)> = None;
     for constraint in &create.constraints {
         match constraint {
@@ -106,6 +116,17 @@ pub fn create_table(db: &mut Database, txn: &mut OpenTxn, create: &CreateTable) 
     Ok(())
 }
 
+/// Computes a new computed column on the rows a table already has.
+fn refill(db: &mut Database, name: &ObjectName) -> SqlResult<()> {
+    let table = table_mut(db, name)?.clone();
+    let mut rows = table.rows.clone();
+    for row in rows.values_mut() {
+        computed::fill(db, &table, row)?;
+    }
+    table_mut(db, name)?.rows = rows;
+    Ok(())
+}
+
 fn table_mut<'d>(db: &'d mut Database, name: &ObjectName) -> SqlResult<&'d mut Table> {
     let (schema, table) = split_name(db, name)?;
     db.tables
@@ -137,6 +158,16 @@ fn apply_operations(db: &mut Database, alter: &AlterTable, tracked_key: &[String
         match operation {
             AlterTableOperation::AddColumn { column_def, .. } => {
                 let (column, primary) = column_of(column_def, table.next_column_id)?;
+                let column = if column.computed.is_some() {
+                    let mut columns = table.columns.clone();
+                    columns.push(column);
+                    let name = table.name.clone();
+                    computed::infer_types(db, &name, &mut columns)?;
+                    columns.pop().ok_or_else(|| SqlError::syntax("ADD without a column"))?
+                } else {
+                    column
+                };
+                let table = table_mut(db, &alter.name)?;
                 if primary {
                     return Err(SqlError::unsupported("adding a primary key column"));
                 }
@@ -147,9 +178,13 @@ fn apply_operations(db: &mut Database, alter: &AlterTable, tracked_key: &[String
                     return Err(SqlError::new(4901, 16, format!("ALTER TABLE only allows columns to be added that can contain nulls, or have a DEFAULT definition specified, or the column being added is an identity or timestamp column, or alternatively if none of the previous conditions are satisfied the table must be empty to allow addition of this column. Column '{}' cannot be added to non-empty table '{}' because it does not satisfy these conditions.", column.name, table.name)));
                 }
                 table.next_column_id += 1;
+                let is_computed = column.computed.is_some();
                 table.columns.push(column);
                 for row in table.rows.values_mut() {
                     row.push(Value::Null);
+                }
+                if is_computed {
+                    refill(db, &alter.name)?;
                 }
             }
             AlterTableOperation::DropColumn { column_names, .. } => {

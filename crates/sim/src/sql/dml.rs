@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use sqlparser::ast::{AssignmentTarget, Delete, FromTable, Insert, SetExpr, TableFactor, TableObject, Update};
 
 use super::expr::{object_name, truth, CExpr, Compiler, Ctx, SessionInfo};
+use super::computed;
 use super::query;
 use super::sources::Source;
 use crate::db::{Database, OpenTxn};
@@ -54,15 +55,17 @@ pub fn insert(db: &mut Database, txn: &mut OpenTxn, insert: &Insert, params: &Ha
     let parts = table_parts(name);
     let (table_id, rows) = {
         let table = find_table(db, &parts)?;
+        // Without a column list the values go to the columns a statement can write.
         let targets: Vec<usize> = if insert.columns.is_empty() {
-            (0..table.columns.len()).collect()
+            (0..table.columns.len()).filter(|i| table.columns[*i].computed.is_none()).collect()
         } else {
             insert
                 .columns
                 .iter()
                 .map(|c| {
                     let name = object_name(c).join(".");
-                    table.column_index(&name).ok_or_else(|| SqlError::invalid_column(&name))
+                    let index = table.column_index(&name).ok_or_else(|| SqlError::invalid_column(&name))?;
+                    computed::check_writable(table, index).map(|()| index)
                 })
                 .collect::<SqlResult<_>>()?
         };
@@ -96,7 +99,8 @@ pub fn insert(db: &mut Database, txn: &mut OpenTxn, insert: &Insert, params: &Ha
             for (target, value) in targets.iter().zip(&row) {
                 full[*target] = value.clone();
             }
-            let converted = (0..full.len()).map(|i| assign(table, i, &full[i], "INSERT")).collect::<SqlResult<Vec<_>>>()?;
+            let mut converted = (0..full.len()).map(|i| assign(table, i, &full[i], "INSERT")).collect::<SqlResult<Vec<_>>>()?;
+            computed::fill(db, table, &mut converted)?;
             rows.push(converted);
         }
         (table.object_id, rows)
@@ -167,6 +171,7 @@ pub fn update(db: &mut Database, txn: &mut OpenTxn, update: &Update, params: &Ha
             let names = object_name(target);
             let name = names.last().cloned().unwrap_or_default();
             let index = table.column_index(&name).ok_or_else(|| SqlError::invalid_column(&name))?;
+            computed::check_writable(table, index)?;
             let compiled = Compiler { scope: &scope, params, session, aggs: None }.compile(&assignment.value)?;
             assignments.push((index, compiled));
         }
@@ -177,6 +182,7 @@ pub fn update(db: &mut Database, txn: &mut OpenTxn, update: &Update, params: &Ha
             for (index, expr) in &assignments {
                 new_row[*index] = assign(table, *index, &expr.eval(&row, &[], &ctx)?, "UPDATE")?;
             }
+            computed::fill(db, table, &mut new_row)?;
             changes.push((key, new_row));
         }
         (table.object_id, changes)

@@ -1,6 +1,7 @@
 //! T-SQL execution: batches are parsed with sqlparser's MS SQL dialect and the statement
 //! trees are executed against the [`Database`]. No query text is ever matched as a string.
 
+pub mod computed;
 pub mod ddl;
 pub mod dml;
 pub mod expr;
@@ -129,7 +130,8 @@ pub enum Stmt {
 pub fn parse_batch(sql: &str) -> SqlResult<Vec<Stmt>> {
     let dialect = MsSqlDialect {};
     let syntax = |error: sqlparser::parser::ParserError| SqlError::new(102, 15, format!("Incorrect syntax: {error}"));
-    let mut parser = Parser::new(&dialect).try_with_sql(sql).map_err(syntax)?;
+    let tokens = sqlparser::tokenizer::Tokenizer::new(&dialect, sql).tokenize_with_location().map_err(|e| syntax(e.into()))?;
+    let mut parser = Parser::new(&dialect).with_tokens_with_locations(computed::rewrite(tokens));
     let mut statements = Vec::new();
     loop {
         while parser.consume_token(&Token::SemiColon) {}
@@ -389,7 +391,7 @@ impl Engine {
             Statement::Delete(delete) => self.write(&mut db, session, |db, txn| dml::delete(db, txn, delete, params, info).map(|n| vec![Output::Count(n)])),
             Statement::CreateTable(create) => self.write(&mut db, session, |db, txn| ddl::create_table(db, txn, create).map(|()| vec![Output::Done])),
             Statement::AlterTable(alter) => {
-                let text = statement.to_string();
+                let text = computed::original_text(&statement.to_string());
                 self.write(&mut db, session, |db, txn| ddl::alter_table(db, txn, alter, &text).map(|()| vec![Output::Done]))
             }
             Statement::Drop { object_type: sqlparser::ast::ObjectType::Table, names, if_exists, .. } => {

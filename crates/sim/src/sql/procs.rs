@@ -299,7 +299,7 @@ fn enable_table(db: &mut Database, args: &Args) -> SqlResult<()> {
         .iter()
         .filter(|c| selected.iter().any(|s| s.eq_ignore_ascii_case(&c.name)))
         .enumerate()
-        .map(|(i, c)| CapturedColumn { name: c.name.clone(), column_id: c.column_id, ty: c.ty, ordinal: i as i32 + 1 })
+        .map(|(i, c)| CapturedColumn { name: c.name.clone(), column_id: c.column_id, ty: c.ty, ordinal: i as i32 + 1, computed: c.computed.is_some() })
         .collect();
     let enabled_at = db.next_lsn();
     let object_id = db.next_object_id();

@@ -233,7 +233,7 @@ impl<'a> Source<'a> {
                                         Value::Int(i64::from(c.column_id)),
                                         text(c.ty.name()),
                                         Value::Int(i64::from(c.ordinal)),
-                                        bool_value(false),
+                                        bool_value(c.computed),
                                     ]
                                 })
                             })

@@ -35,14 +35,17 @@ pub struct CopyColumns {
 
 impl CopyColumns {
     /// Matches `copy` to the captured columns of `schema`; `keys` are the columns the rows are
-    /// ordered by. Every problem at once when they do not match.
-    pub fn new(schema: &TableSchema, copy: &Schema, keys: &[String], allow_missing: bool) -> Result<Self, Vec<String>> {
+    /// ordered by; `null` are columns the stream publishes as NULL in every row (a computed
+    /// column, one the instance does not capture), NULL here too. Every problem at once when
+    /// they do not match.
+    pub fn new(schema: &TableSchema, copy: &Schema, keys: &[String], null: &[String], allow_missing: bool) -> Result<Self, Vec<String>> {
         let mut problems = Vec::new();
         let (mut sources, mut select, mut targets, mut missing) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for column in &schema.columns {
             let target = column.ty.arrow();
             let found: Vec<_> = copy.fields().iter().filter(|f| f.name().eq_ignore_ascii_case(&column.name)).collect();
             match found.as_slice() {
+                _ if null.iter().any(|n| n.eq_ignore_ascii_case(&column.name)) => sources.push(None),
                 [] if keys.iter().any(|k| k.eq_ignore_ascii_case(&column.name)) => {
                     problems.push(format!("key column `{}` is not in the copy (the rows are read in order of it)", column.name));
                 }
@@ -143,21 +146,26 @@ mod tests {
     /// column is a problem unless allowed (then NULL); the order is the key, then the rest.
     #[test]
     fn columns_match_by_name_ignoring_case() {
-        let problems = CopyColumns::new(&schema(), &copy(), &["order_id".into()], false).unwrap_err();
+        let problems = CopyColumns::new(&schema(), &copy(), &["order_id".into()], &[], false).unwrap_err();
         assert_eq!(problems.len(), 1);
         assert!(problems[0].contains("`note`") && problems[0].contains("--allow-missing-columns"), "{problems:?}");
-        let columns = CopyColumns::new(&schema(), &copy(), &["order_id".into()], true).unwrap();
+        let columns = CopyColumns::new(&schema(), &copy(), &["order_id".into()], &[], true).unwrap();
         assert_eq!(columns.select(), ["ORDER_ID", "Amount", "ref"]);
         assert_eq!(columns.order(), ["ORDER_ID", "Amount", "ref"]);
         assert_eq!(columns.dropped, ["exported_at"]);
         assert_eq!(columns.missing, ["note"]);
+        // A column the stream publishes as NULL (a computed one) is NULL from the copy too,
+        // though the copy has it.
+        let columns = CopyColumns::new(&schema(), &copy(), &["order_id".into()], &["AMOUNT".into(), "note".into()], false).unwrap();
+        assert_eq!(columns.select(), ["ORDER_ID", "ref"]);
+        assert!(columns.missing.is_empty() && columns.dropped == ["Amount", "exported_at"], "{columns:?}");
     }
 
     /// A key column is never read as NULL, and a type that cannot convert is named.
     #[test]
     fn every_problem_is_reported_at_once() {
         let copy = Schema::new(vec![Field::new("amount", DataType::Binary, true), Field::new("ref", DataType::Utf8, true)]);
-        let problems = CopyColumns::new(&schema(), &copy, &["order_id".into()], true).unwrap_err();
+        let problems = CopyColumns::new(&schema(), &copy, &["order_id".into()], &[], true).unwrap_err();
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("key column `order_id`"), "{problems:?}");
         assert!(problems[1].contains("`amount`") && problems[1].contains("Binary"), "{problems:?}");
@@ -168,7 +176,7 @@ mod tests {
     /// naming the column, not a NULL.
     #[test]
     fn values_convert_strictly_to_the_log_types() {
-        let columns = CopyColumns::new(&schema(), &copy(), &["order_id".into()], true).unwrap();
+        let columns = CopyColumns::new(&schema(), &copy(), &["order_id".into()], &[], true).unwrap();
         let batch = |amount: &str| {
             RecordBatch::try_new(
                 Arc::new(Schema::new(vec![Field::new("ORDER_ID", DataType::Int64, false), Field::new("Amount", DataType::Utf8, true), Field::new("ref", DataType::Utf8, true)])),

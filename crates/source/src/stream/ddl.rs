@@ -159,8 +159,8 @@ impl Stream {
             setup.value_schema_id = Some(registry.register(&format!("{}-value", setup.data_topic), &captured.schema.avro_value(&setup.data_topic)).await?);
         }
         setup.change_sql = reader::change_query(&setup.instance.name, &captured.select, captured.schema.include_command_id);
-        let CapturedTable { schema, select, sql_types } = captured;
-        (setup.schema, setup.select, setup.sql_types) = (schema, select, sql_types);
+        let CapturedTable { schema, select, sql_types, notes } = captured;
+        (setup.schema, setup.select, setup.sql_types, setup.null_columns) = (schema, select, sql_types, notes.null_columns());
         tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, schema_version = setup.schema.fingerprint(), "the log's schema changed");
         Ok(())
     }
@@ -169,7 +169,7 @@ impl Stream {
 /// The stop for a captured column whose new type the log cannot take.
 fn narrowed(ci: &str, ddl: &Ddl, change: &TypeChange, captured: &CapturedTable) -> SourceError {
     let sql_type = captured.sql_types.iter().find(|(name, _)| *name == change.column).map_or("?", |(_, t)| t.as_str());
-    let keep = sql_type_of(change.from);
+    let keep = change.from.sql_type();
     SourceError::SchemaChanged {
         capture_instance: ci.to_owned(),
         ddl_lsn: ddl.lsn,
@@ -178,27 +178,6 @@ fn narrowed(ci: &str, ddl: &Ddl, change: &TypeChange, captured: &CapturedTable) 
             "column `{}` is now {sql_type} (log type {:?}), which the log's {:?} cannot become without breaking its readers; nothing of the batch was read. Keep the log's type with a cast in `columns` (list every column to publish, with \"{} {keep}\"), then restart; or roll the table onto a new capture instance and a new topic (docs/schema-changes.md)",
             change.column, change.to, change.from, change.column
         ),
-    }
-}
-
-/// A T-SQL type that reads as log type `ty` (for the fix an error suggests).
-fn sql_type_of(ty: mssql_cdc_core::log::schema::ColumnType) -> String {
-    use mssql_cdc_core::log::schema::ColumnType::*;
-    match ty {
-        Boolean => "bit".into(),
-        Int16 => "smallint".into(),
-        Int32 => "int".into(),
-        Int64 => "bigint".into(),
-        Float32 => "real".into(),
-        Float64 => "float".into(),
-        Decimal { precision, scale } => format!("decimal({precision},{scale})"),
-        String => "nvarchar(max)".into(),
-        Binary => "varbinary(max)".into(),
-        Date => "date".into(),
-        Time => "time(6)".into(),
-        LocalTimestamp => "datetime2(6)".into(),
-        Timestamp => "datetimeoffset(6)".into(),
-        Uuid => "uniqueidentifier".into(),
     }
 }
 
@@ -237,7 +216,7 @@ mod tests {
     #[test]
     fn the_narrowing_stop_names_the_column_and_the_cast() {
         let ddl = Ddl { lsn: Lsn::parse_hex("2A").unwrap(), command: "ALTER TABLE dbo.t ALTER COLUMN qty int".into(), required_column_update: true, time: None };
-        let captured = CapturedTable { schema: schema(&[("qty", ColumnType::Int32)]), select: vec!["[qty]".into()], sql_types: vec![("qty".into(), "int".into())] };
+        let captured = CapturedTable { schema: schema(&[("qty", ColumnType::Int32)]), select: vec!["[qty]".into()], sql_types: vec![("qty".into(), "int".into())], notes: Default::default() };
         let change = TypeChange { column: "qty".into(), from: ColumnType::Int64, to: ColumnType::Int32 };
         let error = narrowed("dbo_t", &ddl, &change, &captured);
         let text = error.to_string();

@@ -55,6 +55,9 @@ struct Setup {
     select: Vec<String>,
     /// Each captured column's SQL Server type name, by name.
     sql_types: Vec<(String, String)>,
+    /// Columns on the log that read NULL in every row of this instance (listed computed
+    /// columns, and columns only another instance captures): a seed's copy gives them NULL too.
+    null_columns: Vec<String>,
     /// The source table, quoted: `[schema].[table]`.
     table: String,
     change_sql: String,
@@ -227,6 +230,8 @@ impl Stream {
             let step = self.open_snapshot(conn, setup, position, &state, &opening).await?;
             if matches!(step, Step::Published) {
                 position.open_next = None;
+                // The opening record carried the pending events.
+                ready.pending.clear();
             }
             return Ok(step);
         }
@@ -269,11 +274,15 @@ impl Stream {
                 None => pending.push(self.switched_while_stopped(record, &instance)?),
             }
         }
-        let reader::CapturedTable { schema, select, sql_types } = reader::table_schema(conn, &self.connector, &instance, &self.options).await?;
+        let reader::CapturedTable { schema, select, sql_types, notes } = reader::table_schema(conn, &self.connector, &instance, &self.options).await?;
         if let Some(mssql_cdc_core::log::control::Event::CaptureInstanceSwitched { gained, lost, .. }) = pending.first_mut()
             && let Some(record) = &last
         {
             (*gained, *lost) = switch::gained_and_lost(&record.schema, &schema);
+        }
+        if let Some(warnings) = notes.event(&instance.name) {
+            tracing::warn!(connector = %self.connector_name, capture_instance = %instance.name, computed_left_out = ?notes.computed_left_out, computed_null = ?notes.computed_null, other_instance = ?notes.other_instance, "columns left out of the log or read as NULL (CDC stores NULL for computed columns); recorded as column_warnings on the next record");
+            pending.push(warnings);
         }
         let zone = match &self.options.source_time_zone {
             SourceZone::Auto => match reader::current_timezone_id(conn, &self.connector).await? {
@@ -308,6 +317,7 @@ impl Stream {
             schema,
             select,
             sql_types,
+            null_columns: notes.null_columns(),
             table,
             change_sql,
             data_topic,

@@ -95,7 +95,7 @@ impl Stream {
         };
         // The columns are checked before anything is published.
         let keys: Vec<String> = keys.into_iter().map(|k| k.name).collect();
-        let columns = CopyColumns::new(&setup.schema, &copy.schema(), &keys, request.allow_missing_columns)
+        let columns = CopyColumns::new(&setup.schema, &copy.schema(), &keys, &setup.null_columns, request.allow_missing_columns)
             .map_err(|problems| seed_error(&setup, format!("the copy {} does not match the captured columns: {}", copy.location(), problems.join("; "))))?;
         if !columns.dropped.is_empty() || !columns.missing.is_empty() {
             tracing::info!(connector = %self.connector_name, capture_instance = %setup.instance.name, dropped = ?columns.dropped, null = ?columns.missing, "copy columns left out, and captured columns read as NULL");

@@ -168,15 +168,17 @@ impl Stream {
         };
         position.generation = generation;
         position.snapshot = Some(snapshot.clone());
-        let event = Event::SnapshotOpen { lsn, kind: opening.kind, generation, rows_expected, lost: opening.lost.clone(), mode, seed };
+        // Events waiting for the next record (column warnings, a switch found at start) ride on
+        // the opening one.
+        let events: Vec<Event> = setup.pending.iter().cloned().chain([Event::SnapshotOpen { lsn, kind: opening.kind, generation, rows_expected, lost: opening.lost.clone(), mode, seed }]).collect();
         let base = self.record_base(setup, position, state, started.elapsed(), 0);
         // A chunked snapshot's stream goes on from S at once: the opening batch moves there.
         let record = match mode {
             SnapshotMode::Chunked => {
                 let last_commit_ts = commit_ts.or(base.last_commit_ts);
-                ControlRecord { events: vec![event], to_lsn: lsn.max(base.from_lsn), max_commit_ts: commit_ts, last_commit_ts, ..base }
+                ControlRecord { events, to_lsn: lsn.max(base.from_lsn), max_commit_ts: commit_ts, last_commit_ts, ..base }
             }
-            SnapshotMode::Full => ControlRecord { events: vec![event], ..base },
+            SnapshotMode::Full => ControlRecord { events, ..base },
         };
         self.publisher.send_control(&setup.control_topic, &record).await?;
         self.published(&record, started.elapsed());

@@ -78,8 +78,7 @@ impl Stream {
             // Only the disabled instance held (position, S]: data loss, unless skipped.
             self.check_loss(&setup.instance.name, position.lsn, s.increment(), true)?;
         }
-        let event = self.switch_to(conn, setup, position, &newer).await?;
-        Ok(Follow::Switched(vec![event]))
+        Ok(Follow::Switched(self.switch_to(conn, setup, position, &newer).await?))
     }
 
     /// With `snapshot_on_switch`, after the batch that switched (`record`, the last published),
@@ -96,8 +95,9 @@ impl Stream {
     }
 
     /// Reads from `newer` from now on: its captured columns become the schema (judged like a
-    /// DDL's types against the log's), and the event records the move.
-    pub(super) async fn switch_to(&self, conn: &mut TdsClient, setup: &mut Setup, position: &Position, newer: &Instance) -> Result<Event, SourceError> {
+    /// DDL's types against the log's), and the events record the move (and the new schema's
+    /// column warnings, if any).
+    pub(super) async fn switch_to(&self, conn: &mut TdsClient, setup: &mut Setup, position: &Position, newer: &Instance) -> Result<Vec<Event>, SourceError> {
         let captured = reader::table_schema(conn, &self.connector, newer, &self.options).await?;
         let log = position.log_schema.as_ref().unwrap_or(&setup.schema);
         if let Verdict::Incompatible(change) = compare(log, &captured.schema) {
@@ -112,11 +112,12 @@ impl Stream {
             });
         }
         let (gained, lost) = gained_and_lost(&setup.schema, &captured.schema);
+        let warnings = captured.notes.event(&newer.name);
         let from = std::mem::replace(&mut setup.instance, newer.clone());
         self.take_schema(setup, captured).await?;
         setup.newer = None;
         tracing::warn!(connector = %self.connector_name, from = %from.name, to = %newer.name, start_lsn = %newer.start_lsn, gained = ?gained, lost = ?lost, "the stream moved to the newer capture instance; capture_instance_switched published");
-        Ok(Event::CaptureInstanceSwitched { from: from.name, to: newer.name.clone(), start_lsn: newer.start_lsn, gained, lost })
+        Ok(std::iter::once(Event::CaptureInstanceSwitched { from: from.name, to: newer.name.clone(), start_lsn: newer.start_lsn, gained, lost }).chain(warnings).collect())
     }
 }
 
