@@ -2,8 +2,8 @@
 //! acknowledged record landed, and the control topic (written after the data, read on start).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -19,25 +19,48 @@ use mssql_cdc_core::kafka::config::Properties;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
 
-/// Where acknowledged records landed since the last [`Publisher::begin`].
+/// The delivery reports of the records queued since the last [`Publisher::begin`] (one
+/// *set*): how many were queued and settled, where the acknowledged ones landed.
 #[derive(Debug, Default)]
 struct Acks {
+    /// The set's number; each record carries it as its delivery opaque, so a late report of an
+    /// abandoned set never counts towards the current one.
+    set: usize,
+    queued: u64,
+    settled: u64,
     partitions: BTreeMap<i32, PartitionRange>,
     errors: Vec<String>,
 }
 
+/// The acknowledgements and the signal that the current set has settled.
+#[derive(Default)]
+struct AckState {
+    acks: Mutex<Acks>,
+    settled: Condvar,
+}
+
+impl AckState {
+    fn lock(&self) -> MutexGuard<'_, Acks> {
+        self.acks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Producer callbacks: fold each delivery report into [`Acks`].
 struct AckContext {
-    acks: Arc<Mutex<Acks>>,
+    state: Arc<AckState>,
 }
 
 impl ClientContext for AckContext {}
 
 impl ProducerContext for AckContext {
-    type DeliveryOpaque = ();
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        let mut acks = self.acks.lock().unwrap_or_else(|e| e.into_inner());
+    fn delivery(&self, result: &DeliveryResult<'_>, set: usize) {
+        let mut acks = self.state.lock();
+        if set != acks.set {
+            return;
+        }
+        acks.settled += 1;
         match result {
             Ok(message) => {
                 let (partition, offset) = (message.partition(), message.offset());
@@ -51,6 +74,9 @@ impl ProducerContext for AckContext {
                     acks.errors.push(format!("{} partition {}: {error}", message.topic(), message.partition()));
                 }
             }
+        }
+        if acks.settled >= acks.queued {
+            self.state.settled.notify_all();
         }
     }
 }
@@ -128,7 +154,7 @@ impl Publisher {
 /// The producer's librdkafka handle and the acknowledgements it collects; its methods block.
 pub struct Producing {
     producer: ThreadedProducer<AckContext>,
-    acks: Arc<Mutex<Acks>>,
+    acks: Arc<AckState>,
     client: ClientConfig,
     flush_timeout: Duration,
 }
@@ -153,21 +179,30 @@ impl Producing {
             config.set(key, value.to_string());
         }
         config.set("enable.idempotence", "true").set("acks", "all");
-        let acks = Arc::new(Mutex::new(Acks::default()));
-        let producer = config.create_with_context(AckContext { acks: acks.clone() }).map_err(kafka)?;
+        let acks = Arc::new(AckState::default());
+        let producer = config.create_with_context(AckContext { state: acks.clone() }).map_err(kafka)?;
         Ok(Self { producer, acks, client, flush_timeout: Duration::from_secs(120) })
     }
 
+    /// Starts a new set: reports of earlier records no longer count.
     fn begin(&self) {
-        *self.acks.lock().unwrap_or_else(|e| e.into_inner()) = Acks::default();
+        let mut acks = self.acks.lock();
+        *acks = Acks { set: acks.set.wrapping_add(1), ..Acks::default() };
     }
 
     /// Queues one record, waiting while librdkafka's queue is full.
     pub fn send(&self, topic: &str, key: &[u8], value: &[u8]) -> Result<(), SourceError> {
-        let mut record = BaseRecord::to(topic).key(key).payload(value);
+        let set = self.acks.lock().set;
+        let mut record = BaseRecord::with_opaque_to(topic, set).key(key).payload(value);
         loop {
             match self.producer.send(record) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    let mut acks = self.acks.lock();
+                    if acks.set == set {
+                        acks.queued += 1;
+                    }
+                    return Ok(());
+                }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
                     record = returned;
                     std::thread::sleep(Duration::from_millis(2));
@@ -177,13 +212,35 @@ impl Producing {
         }
     }
 
+    /// Waits until every record of the set has a delivery report (the producer's own thread
+    /// serves them and signals the last one), then returns where they landed.
+    ///
+    /// Not `rd_kafka_flush`: with the threaded producer serving the reports, a flush's own
+    /// poll found nothing to serve and slept its 100 ms slice after the last acknowledgement,
+    /// twice a batch (data, then control): most of a 1,000-commit batch's time (ADR 0010).
     fn finish(&self) -> Result<Vec<PartitionRange>, SourceError> {
-        self.producer.flush(self.flush_timeout).map_err(|e| SourceError::Kafka(format!("records not acknowledged: {e}")))?;
-        let acks = std::mem::take(&mut *self.acks.lock().unwrap_or_else(|e| e.into_inner()));
-        if !acks.errors.is_empty() {
-            return Err(SourceError::Kafka(format!("records not delivered: {}", acks.errors.join("; "))));
+        let deadline = Instant::now() + self.flush_timeout;
+        let mut acks = self.acks.lock();
+        while acks.settled < acks.queued {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(SourceError::Kafka(format!(
+                    "records not acknowledged: {} of {} without a delivery report after {} s",
+                    acks.queued - acks.settled,
+                    acks.queued,
+                    self.flush_timeout.as_secs()
+                )));
+            }
+            acks = self.acks.settled.wait_timeout(acks, left).unwrap_or_else(|e| e.into_inner()).0;
         }
-        Ok(acks.partitions.into_values().collect())
+        let partitions = std::mem::take(&mut acks.partitions);
+        let errors = std::mem::take(&mut acks.errors);
+        (acks.queued, acks.settled) = (0, 0);
+        drop(acks);
+        if !errors.is_empty() {
+            return Err(SourceError::Kafka(format!("records not delivered: {}", errors.join("; "))));
+        }
+        Ok(partitions.into_values().collect())
     }
 
     fn send_control(&self, topic: &str, record: &ControlRecord) -> Result<i64, SourceError> {
