@@ -100,7 +100,7 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
     let settings = validated(options).map_err(|problems| anyhow::anyhow!("bench source options: {problems:?}"))?;
     let stream = Stream::new("bench-source", "dbo_orders", Arc::new(settings), &kafka, None)?;
     let cancel = CancellationToken::new();
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), cpu_seconds());
     let task = tokio::spawn(stream.run(cancel.clone()));
     let (rows, bytes, batches) = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -113,8 +113,12 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
         anyhow::ensure!(started.elapsed() < Duration::from_secs(600), "the source did not finish in 10 minutes");
     };
     let source_secs = started.elapsed().as_secs_f64();
+    let source_cpu = cpu_seconds() - cpu_before;
     cancel.cancel();
     task.await??;
+    let cluster = kafka.clone();
+    let published = off_runtime(move || controls(&cluster, "bench.sales.dbo.orders")).await?;
+    let streaming = streaming_rate(&published);
 
     // Baseline: the same records, produced raw.
     let (records, acked, raw_secs, raw_bytes) = raw_producer_baseline(&kafka, "bench.sales.dbo.orders").await?;
@@ -134,9 +138,18 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
         acked as f64 / raw_secs,
         raw_bytes as f64 / 1e6 / raw_secs
     );
+    println!("source streaming (from the first batch published to the last, setup and the totals poll left out): {streaming:.0} rows/s");
+    println!(
+        "CPU while the source ran (simulator, broker and source in this process): {source_cpu:.2} s in {source_secs:.2} s = {:.2} of {} cores",
+        source_cpu / source_secs,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
     // The ceiling: the same change rows read over TDS with nothing done to them.
+    let cpu_before = cpu_seconds();
     let (bare_rows, bare_secs) = bare_read(address, "SELECT * FROM cdc.dbo_orders_CT ORDER BY __$start_lsn, __$seqval, __$operation").await?;
-    println!("baseline (bare tiberius read of the same change rows over TDS): {bare_rows} rows in {bare_secs:.2} s = {:.0} rows/s; the source reached {:.0}% of it", bare_rows as f64 / bare_secs, 100.0 * (rows as f64 / source_secs) / (bare_rows as f64 / bare_secs));
+    let bare_rate = bare_rows as f64 / bare_secs;
+    println!("baseline (bare tiberius read of the same change rows over TDS): {bare_rows} rows in {bare_secs:.2} s = {bare_rate:.0} rows/s; the source reached {:.0}% of it with its setup, {:.0}% streaming", 100.0 * (rows as f64 / source_secs) / bare_rate, 100.0 * streaming / bare_rate);
+    println!("CPU while the bare read ran: {:.2} s in {bare_secs:.2} s", cpu_seconds() - cpu_before);
     println!("peak RSS of the process (simulator, broker and source together): {:.0} MB", peak_rss_mb());
     if then_bronze {
         bronze(&kafka, batches).await?;
@@ -237,7 +250,7 @@ pub(super) async fn raw_producer_baseline(kafka: &KafkaConfig, topic: &str) -> a
     raw.ensure_topics(&raw_topic, 3, &format!("{raw_topic}.control")).await?;
     let started = Instant::now();
     raw.begin();
-    raw.queue(move |producer| records.iter().try_for_each(|(key, value)| producer.send(&raw_topic, key, value))).await?;
+    raw.queue(move |producer, set| records.iter().try_for_each(|(key, value)| producer.send_in(set, &raw_topic, key, value))).await?;
     let acked: u64 = raw.finish().await?.iter().map(|p| p.records).sum();
     let secs = started.elapsed().as_secs_f64();
     Ok((count, acked, secs, bytes))
@@ -276,6 +289,33 @@ pub(super) async fn parquet_baseline(kafka: &KafkaConfig, topic: &str, dir: &std
 /// storage's watermarks can lag what a consumer reads).
 fn read_topic(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(read_all(kafka, topic, Some(Duration::from_secs(3)))?.into_iter().map(|record| (record.key, record.value)).collect())
+}
+
+/// The source's rate once streaming: the rows of every batch after the first over the time
+/// from the first batch's publication to the last's (0 with fewer than two batches).
+fn streaming_rate(published: &[mssql_cdc_core::log::ControlRecord]) -> f64 {
+    let times: Vec<_> = published.iter().filter_map(|c| c.metrics.published_at.map(|t| (t, c.rows))).collect();
+    match (times.first(), times.last()) {
+        (Some((first, _)), Some((last, _))) if last > first => {
+            let rows: u64 = times[1..].iter().map(|(_, rows)| rows).sum();
+            rows as f64 / ((*last - *first).num_microseconds().unwrap_or(1) as f64 / 1e6)
+        }
+        _ => 0.0,
+    }
+}
+
+/// CPU seconds this process has used so far (user + system, all threads), from
+/// `/proc/self/stat` at the usual 100 ticks a second.
+pub(super) fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // The fields after the command name (which may hold spaces), from field 3 on.
+            let rest = s.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?)
+        })
+        .map_or(0.0, |ticks| ticks / 100.0)
 }
 
 pub(super) fn peak_rss_mb() -> f64 {

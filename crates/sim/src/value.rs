@@ -247,8 +247,7 @@ fn cast(value: &Value, target: SqlType, truncate: bool) -> SqlResult<Value> {
     if value.is_null() {
         return Ok(Value::Null);
     }
-    let target_name = target.to_string();
-    let fail = || SqlError::conversion(value.kind(), &value.to_text().unwrap_or_default(), &target_name);
+    let fail = || SqlError::conversion(value.kind(), &value.to_text().unwrap_or_default(), &target.to_string());
     match target {
         T::Bit => match value {
             Value::Text(text) => match text.trim().to_ascii_lowercase().as_str() {

@@ -361,6 +361,42 @@ fn top_with_ties_keeps_every_row_tying_with_the_last() {
     assert_eq!(after, vec![vec![Value::Text("b".into())]], "the boundary row is not read again");
 }
 
+/// t-sql/queries/top-transact-sql with select-order-by-clause-transact-sql: a `TOP (n)` read of
+/// `cdc.lsn_time_mapping` or a change table in its key order returns the first n rows of the
+/// fully sorted read from the lower bound on (the simulator stops such a scan early and skips
+/// the sort; any other order is still sorted).
+#[test]
+fn top_in_key_order_returns_the_first_rows_of_the_sorted_read() {
+    let mut s = Sim::new(SimConfig::default());
+    s.orders_with_cdc();
+    for id in 1..=12 {
+        s.exec(&format!("INSERT INTO dbo.orders VALUES ({id}, 'new', {id})"));
+        s.exec(&format!("UPDATE dbo.orders SET status = 'paid' WHERE id = {}", 13 - id));
+    }
+    let lsns = |sql: &str, s: &mut Sim| s.query(sql).rows.into_iter().map(|r| lsn_hex(&r[0])).collect::<Vec<_>>();
+    let all = lsns("SELECT start_lsn FROM cdc.lsn_time_mapping WHERE tran_id <> 0x00 ORDER BY start_lsn", &mut s);
+    assert!(all.len() >= 24 && all.windows(2).all(|w| w[0] < w[1]), "mapping rows in LSN order: {all:?}");
+    let from = &all[5];
+    let top = lsns(&format!("SELECT TOP (4) start_lsn FROM cdc.lsn_time_mapping WHERE start_lsn > 0x{from} AND tran_id <> 0x00 ORDER BY start_lsn"), &mut s);
+    assert_eq!(top, all[6..10].to_vec());
+    let newest = lsns("SELECT TOP (2) start_lsn FROM cdc.lsn_time_mapping WHERE tran_id <> 0x00 ORDER BY start_lsn DESC", &mut s);
+    assert_eq!(newest, vec![all[all.len() - 1].clone(), all[all.len() - 2].clone()], "a descending order is sorted, not read in key order");
+
+    let key = |r: &Vec<Value>| (lsn_hex(&r[0]), lsn_hex(&r[1]), int(&r[2]));
+    let ordered = "ORDER BY __$start_lsn, __$seqval, __$operation";
+    let changes: Vec<_> = s.query(&format!("SELECT __$start_lsn, __$seqval, __$operation FROM cdc.dbo_orders_CT {ordered}")).rows.iter().map(key).collect();
+    assert_eq!(changes.len(), 36, "12 inserts and 12 updates of two rows each");
+    let mut sorted = changes.clone();
+    sorted.sort();
+    assert_eq!(changes, sorted, "change rows in clustered-index order");
+    let from = &changes[7].0;
+    let after: Vec<_> = s.query(&format!("SELECT TOP (5) __$start_lsn, __$seqval, __$operation FROM cdc.dbo_orders_CT WHERE __$start_lsn > 0x{from} {ordered}")).rows.iter().map(key).collect();
+    let expected: Vec<_> = changes.iter().filter(|c| &c.0 > from).take(5).cloned().collect();
+    assert_eq!(after, expected);
+    let by_operation: Vec<i64> = s.query("SELECT __$operation FROM cdc.dbo_orders_CT ORDER BY __$operation DESC, __$start_lsn").rows.iter().map(|r| int(&r[0])).collect();
+    assert!(by_operation.windows(2).all(|w| w[0] >= w[1]), "another order is sorted: {by_operation:?}");
+}
+
 /// Every type of part 1 stores and reads back its values (extremes, NULLs, Unicode beyond the
 /// BMP), and values that do not fit fail as on SQL Server.
 #[test]

@@ -19,33 +19,75 @@ use mssql_cdc_core::kafka::config::Properties;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
 
-/// The delivery reports of the records queued since the last [`Publisher::begin`] (one
-/// *set*): how many were queued and settled, where the acknowledged ones landed.
+/// The delivery reports of one *set* of records: how many were queued and settled, where the
+/// acknowledged ones landed.
 #[derive(Debug, Default)]
 struct Acks {
-    /// The set's number; each record carries it as its delivery opaque, so a late report of an
-    /// abandoned set never counts towards the current one.
-    set: usize,
     queued: u64,
     settled: u64,
     partitions: BTreeMap<i32, PartitionRange>,
     errors: Vec<String>,
+    /// Handed off to [`Producing::finish_set`] by [`Publisher::settle_in_background`]: the
+    /// next [`Publisher::begin`] keeps it.
+    claimed: bool,
 }
 
-/// The acknowledgements and the signal that the current set has settled.
+/// The open sets by number. Each record carries its set's number as its delivery opaque, so a
+/// late report of an abandoned set (no longer open) never counts towards another.
+#[derive(Debug, Default)]
+struct Sets {
+    /// The set [`Producing::send`] adds to (the last one begun).
+    current: usize,
+    next: usize,
+    open: BTreeMap<usize, Acks>,
+}
+
+impl Sets {
+    /// Opens a set that is not the current one (a control record's).
+    fn open_new(&mut self) -> usize {
+        self.next = self.next.wrapping_add(1);
+        self.open.insert(self.next, Acks::default());
+        self.next
+    }
+
+    /// Opens a new current set; the previous current set is abandoned unless claimed.
+    fn begin(&mut self) {
+        let previous = self.current;
+        if self.open.get(&previous).is_some_and(|acks| !acks.claimed) {
+            self.open.remove(&previous);
+        }
+        self.current = self.open_new();
+    }
+
+    /// Claims the current set for a later wait; returns its number.
+    fn claim(&mut self) -> usize {
+        let current = self.current;
+        if let Some(acks) = self.open.get_mut(&current) {
+            acks.claimed = true;
+        }
+        current
+    }
+
+    /// The current set, unless it was claimed (its own task waits for it).
+    fn unclaimed_current(&self) -> Option<usize> {
+        self.open.get(&self.current).filter(|acks| !acks.claimed).map(|_| self.current)
+    }
+}
+
+/// The acknowledgements and the signal that a set has settled.
 #[derive(Default)]
 struct AckState {
-    acks: Mutex<Acks>,
+    sets: Mutex<Sets>,
     settled: Condvar,
 }
 
 impl AckState {
-    fn lock(&self) -> MutexGuard<'_, Acks> {
-        self.acks.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Sets> {
+        self.sets.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// Producer callbacks: fold each delivery report into [`Acks`].
+/// Producer callbacks: fold each delivery report into its set's [`Acks`].
 struct AckContext {
     state: Arc<AckState>,
 }
@@ -56,10 +98,8 @@ impl ProducerContext for AckContext {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, set: usize) {
-        let mut acks = self.state.lock();
-        if set != acks.set {
-            return;
-        }
+        let mut sets = self.state.lock();
+        let Some(acks) = sets.open.get_mut(&set) else { return };
         acks.settled += 1;
         match result {
             Ok(message) => {
@@ -86,13 +126,16 @@ impl ProducerContext for AckContext {
 pub struct Publisher {
     producer: Arc<Producing>,
     cluster: KafkaConfig,
+    /// Held by each queueing job while it sends: jobs queue their records in the order they
+    /// were started, also those left running in the background (tokio's mutex is fair).
+    lane: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Publisher {
     /// An idempotent producer (`acks=all`, `enable.idempotence=true`), keyed records spread by
     /// the Java client's murmur2 partitioner so per-key order holds across clients.
     pub fn new(cluster: &KafkaConfig, properties: &Properties, client_id: &str) -> Result<Self, SourceError> {
-        Ok(Self { producer: Arc::new(Producing::new(cluster, properties, client_id)?), cluster: cluster.clone() })
+        Ok(Self { producer: Arc::new(Producing::new(cluster, properties, client_id)?), cluster: cluster.clone(), lane: Arc::default() })
     }
 
     /// Creates the data topic (`partitions`) and the control topic (one partition) if missing.
@@ -100,20 +143,65 @@ impl Publisher {
         admin::ensure_topics(&self.cluster, &[(data, partitions), (control, 1)]).await.map_err(kafka)
     }
 
-    /// Starts a new set of records: forgets earlier acknowledgements.
+    /// Starts a new set of records: forgets earlier acknowledgements, except those of a set
+    /// handed off to [`Publisher::settle_in_background`].
     pub fn begin(&self) {
         self.producer.begin();
     }
 
-    /// Runs `queue` (which encodes records and [`Producing::send`]s them) on the blocking pool.
-    pub async fn queue<R: Send + 'static>(&self, queue: impl FnOnce(&Producing) -> Result<R, SourceError> + Send + 'static) -> Result<R, SourceError> {
-        off_runtime(&self.producer, queue).await
+    /// Runs `queue` (which encodes records and [`Producing::send_in`]s them to the set it is
+    /// given, the current one) on the blocking pool, after every job started before it.
+    pub async fn queue<R: Send + 'static>(&self, queue: impl FnOnce(&Producing, usize) -> Result<R, SourceError> + Send + 'static) -> Result<R, SourceError> {
+        self.queue_behind(queue).await.wait().await
     }
 
-    /// Waits until every queued record is acknowledged and returns where they landed; any
-    /// failed delivery fails the whole set.
+    /// [`Publisher::queue`] without waiting for it: returns once the job holds its place in
+    /// line (its records go before those of any job started after it, in every partition).
+    pub async fn queue_behind<R: Send + 'static>(&self, queue: impl FnOnce(&Producing, usize) -> Result<R, SourceError> + Send + 'static) -> Queued<R> {
+        let place = self.lane.clone().lock_owned().await;
+        let set = self.producer.acks.lock().current;
+        let producer = self.producer.clone();
+        Queued(tokio::task::spawn_blocking(move || {
+            let _place = place;
+            queue(&producer, set)
+        }))
+    }
+
+    /// Waits until every record of the current set is acknowledged and returns where they
+    /// landed; any failed delivery fails the whole set. Nothing to wait for once the set was
+    /// handed off.
     pub async fn finish(&self) -> Result<Vec<PartitionRange>, SourceError> {
         off_runtime(&self.producer, Producing::finish).await
+    }
+
+    /// Hands the current set off and returns at once: in the background, waits for the set's
+    /// acknowledgements, makes the control record from where they landed (`record`, which may
+    /// refuse them) and writes it. The next set can be queued meanwhile; its records land
+    /// after these in every partition (one idempotent producer), and its control record must
+    /// wait for [`InFlight::wait`] so that control records keep the batches' order.
+    ///
+    /// `queued` is the set's last queueing job, if still running; its result (the bytes it
+    /// queued) is passed to `record` with the ranges.
+    pub fn settle_in_background(
+        &self,
+        control_topic: &str,
+        queued: Option<Queued<u64>>,
+        record: impl FnOnce(Vec<PartitionRange>, u64) -> Result<ControlRecord, SourceError> + Send + 'static,
+    ) -> InFlight {
+        let set = self.producer.claim();
+        let (producer, topic) = (self.producer.clone(), control_topic.to_owned());
+        InFlight(tokio::spawn(async move {
+            let bytes = match queued {
+                Some(queued) => queued.wait().await?,
+                None => 0,
+            };
+            off_runtime(&producer, move |producer| {
+                let record = record(producer.finish_set(set)?, bytes)?;
+                producer.send_control(&topic, &record)?;
+                Ok(record)
+            })
+            .await
+        }))
     }
 
     /// Writes a control record and waits for its acknowledgement; returns its offset.
@@ -151,6 +239,35 @@ impl Publisher {
     }
 }
 
+/// A queueing job left running ([`Publisher::queue_behind`]).
+pub struct Queued<R>(tokio::task::JoinHandle<Result<R, SourceError>>);
+
+impl<R> Queued<R> {
+    /// The job's result once it has queued its records.
+    pub async fn wait(self) -> Result<R, SourceError> {
+        match self.0.await {
+            Ok(result) => result,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => Err(SourceError::Kafka(format!("a queueing job was stopped: {error}"))),
+        }
+    }
+}
+
+/// A batch handed off by [`Publisher::settle_in_background`]: its acknowledgements awaited
+/// and its control record written by a blocking task.
+pub struct InFlight(tokio::task::JoinHandle<Result<ControlRecord, SourceError>>);
+
+impl InFlight {
+    /// The control record once written; the error that stopped it otherwise.
+    pub async fn wait(self) -> Result<ControlRecord, SourceError> {
+        match self.0.await {
+            Ok(result) => result,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => Err(SourceError::Kafka(format!("the batch's acknowledgement task was stopped: {error}"))),
+        }
+    }
+}
+
 /// The producer's librdkafka handle and the acknowledgements it collects; its methods block.
 pub struct Producing {
     producer: ThreadedProducer<AckContext>,
@@ -184,21 +301,24 @@ impl Producing {
         Ok(Self { producer, acks, client, flush_timeout: Duration::from_secs(120) })
     }
 
-    /// Starts a new set: reports of earlier records no longer count.
+    /// Starts a new set, the one [`Producing::send`] adds to: reports of earlier records no
+    /// longer count, except those of sets handed off to [`Producing::finish_set`].
     fn begin(&self) {
-        let mut acks = self.acks.lock();
-        *acks = Acks { set: acks.set.wrapping_add(1), ..Acks::default() };
+        self.acks.lock().begin();
     }
 
-    /// Queues one record, waiting while librdkafka's queue is full.
-    pub fn send(&self, topic: &str, key: &[u8], value: &[u8]) -> Result<(), SourceError> {
-        let set = self.acks.lock().set;
+    /// Hands the current set off to a later [`Producing::finish_set`]; returns its number.
+    fn claim(&self) -> usize {
+        self.acks.lock().claim()
+    }
+
+    /// Queues one record in `set`, waiting while librdkafka's queue is full.
+    pub fn send_in(&self, set: usize, topic: &str, key: &[u8], value: &[u8]) -> Result<(), SourceError> {
         let mut record = BaseRecord::with_opaque_to(topic, set).key(key).payload(value);
         loop {
             match self.producer.send(record) {
                 Ok(()) => {
-                    let mut acks = self.acks.lock();
-                    if acks.set == set {
+                    if let Some(acks) = self.acks.lock().open.get_mut(&set) {
                         acks.queued += 1;
                     }
                     return Ok(());
@@ -212,43 +332,58 @@ impl Producing {
         }
     }
 
-    /// Waits until every record of the set has a delivery report (the producer's own thread
-    /// serves them and signals the last one), then returns where they landed.
+    /// Waits until every record of the current set has a delivery report; see
+    /// [`Producing::finish_set`]. A set handed off is left to its own task: nothing to wait for.
+    fn finish(&self) -> Result<Vec<PartitionRange>, SourceError> {
+        let current = self.acks.lock().unclaimed_current();
+        current.map_or(Ok(Vec::new()), |set| self.finish_set(set))
+    }
+
+    /// Waits until every record of `set` has a delivery report (the producer's own thread
+    /// serves them and signals the last one), closes the set and returns where its records
+    /// landed; any failed delivery fails the set. A set no longer open has nothing to wait for.
     ///
     /// Not `rd_kafka_flush`: with the threaded producer serving the reports, a flush's own
     /// poll found nothing to serve and slept its 100 ms slice after the last acknowledgement,
     /// twice a batch (data, then control): most of a 1,000-commit batch's time (ADR 0010).
-    fn finish(&self) -> Result<Vec<PartitionRange>, SourceError> {
+    fn finish_set(&self, set: usize) -> Result<Vec<PartitionRange>, SourceError> {
         let deadline = Instant::now() + self.flush_timeout;
-        let mut acks = self.acks.lock();
-        while acks.settled < acks.queued {
+        let mut sets = self.acks.lock();
+        loop {
+            let Some(acks) = sets.open.get(&set) else { return Ok(Vec::new()) };
+            if acks.settled >= acks.queued {
+                break;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(SourceError::Kafka(format!(
+                let message = format!(
                     "records not acknowledged: {} of {} without a delivery report after {} s",
                     acks.queued - acks.settled,
                     acks.queued,
                     self.flush_timeout.as_secs()
-                )));
+                );
+                sets.open.remove(&set);
+                return Err(SourceError::Kafka(message));
             }
-            acks = self.acks.settled.wait_timeout(acks, left).unwrap_or_else(|e| e.into_inner()).0;
+            sets = self.acks.settled.wait_timeout(sets, left).unwrap_or_else(|e| e.into_inner()).0;
         }
-        let partitions = std::mem::take(&mut acks.partitions);
-        let errors = std::mem::take(&mut acks.errors);
-        (acks.queued, acks.settled) = (0, 0);
-        drop(acks);
-        if !errors.is_empty() {
-            return Err(SourceError::Kafka(format!("records not delivered: {}", errors.join("; "))));
+        let acks = sets.open.remove(&set).unwrap_or_default();
+        drop(sets);
+        if !acks.errors.is_empty() {
+            return Err(SourceError::Kafka(format!("records not delivered: {}", acks.errors.join("; "))));
         }
-        Ok(partitions.into_values().collect())
+        Ok(acks.partitions.into_values().collect())
     }
 
+    /// Writes a control record in a set of its own (the current set is left alone) and waits
+    /// for its acknowledgement; returns its offset.
     fn send_control(&self, topic: &str, record: &ControlRecord) -> Result<i64, SourceError> {
-        self.begin();
+        let set = self.acks.lock().open_new();
         let value = serde_json::to_vec(record).map_err(kafka)?;
-        self.send(topic, record.capture_instance.as_bytes(), &value)?;
-        let ranges = self.finish()?;
-        ranges.first().map(|r| r.last_offset).ok_or_else(|| SourceError::Kafka(format!("control record to `{topic}` not acknowledged")))
+        let sent = self.send_in(set, topic, record.capture_instance.as_bytes(), &value);
+        let ranges = sent.and_then(|()| self.finish_set(set));
+        self.acks.lock().open.remove(&set);
+        ranges?.first().map(|r| r.last_offset).ok_or_else(|| SourceError::Kafka(format!("control record to `{topic}` not acknowledged")))
     }
 
     /// The record at `offset`, or the last one.
@@ -286,5 +421,30 @@ impl Producing {
             }
         }
         Err(SourceError::Kafka(format!("could not read the record of `{topic}` at offset {wanted} within 30 s")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handed-off set survives the next `begin` (its task still waits for it) while an
+    /// abandoned one is dropped, so its late reports count nowhere; each set is its own.
+    #[test]
+    fn begin_keeps_claimed_sets_and_drops_abandoned_ones() {
+        let mut sets = Sets::default();
+        sets.begin();
+        let abandoned = sets.current;
+        sets.begin();
+        assert!(!sets.open.contains_key(&abandoned), "an unclaimed set is abandoned by the next begin");
+        let handed_off = sets.claim();
+        assert_eq!(sets.unclaimed_current(), None, "a claimed current set is not the caller's to wait for");
+        sets.begin();
+        assert!(sets.open.contains_key(&handed_off), "a claimed set stays open for its task");
+        assert_ne!(sets.current, handed_off);
+        assert_eq!(sets.unclaimed_current(), Some(sets.current));
+        let control = sets.open_new();
+        assert_ne!(control, sets.current, "a control record's set is never the current one");
+        assert_eq!(sets.open.len(), 3);
     }
 }

@@ -43,6 +43,15 @@ pub struct BronzeOptions {
     /// failure, retried like an outage; nothing is written twice). Default 120000; at least
     /// 1000.
     pub batch_timeout_ms: Option<u64>,
+    /// The most batches one bronze commit (and one facts commit) carries when several are
+    /// already fetched from the control topic (a sink that is behind); each batch stays exactly
+    /// once through the commit's `txn` version, the group's last batch id. `1` commits every
+    /// batch on its own. Default 20; at least 1.
+    pub max_batches_per_commit: Option<u64>,
+    /// The most change rows one coalesced commit carries (its records and rows are held in
+    /// memory until it commits); a larger batch is committed on its own. Default 100000; at
+    /// least 1.
+    pub max_rows_per_commit: Option<u64>,
 }
 
 /// Handling of undecodable records, as Kafka Connect's `errors.*` settings.
@@ -88,8 +97,10 @@ pub struct BronzeSettings {
     pub consumer_properties: Properties,
     /// What happens to a record that cannot be decoded.
     pub bad_records: BadRecords,
-    /// How long one batch may take before it is given up as stalled.
+    /// How long one batch (or one coalesced group) may take before it is given up as stalled.
     pub batch_timeout: std::time::Duration,
+    /// How many batches and rows one commit may carry.
+    pub coalesce: super::group::Coalesce,
 }
 
 /// What happens to a record that cannot be decoded.
@@ -147,6 +158,16 @@ impl ConnectorKind for BronzeOptions {
                 None
             }
         };
+        let positive = |problems: &mut Problems, key: &str, value: Option<u64>, default: u64| match value {
+            None => Some(default),
+            Some(0) => {
+                problems.invalid(key, "0", "a whole number, at least 1");
+                None
+            }
+            Some(n) => Some(n),
+        };
+        let batches = positive(problems, "max_batches_per_commit", self.max_batches_per_commit, DEFAULT_MAX_BATCHES_PER_COMMIT);
+        let rows = positive(problems, "max_rows_per_commit", self.max_rows_per_commit, DEFAULT_MAX_ROWS_PER_COMMIT);
         let topic = topic?;
         Some(BronzeSettings {
             control_topic: control_topic.unwrap_or_else(|| control_topic_for(&topic)),
@@ -159,12 +180,17 @@ impl ConnectorKind for BronzeOptions {
             consumer_properties: self.consumer_properties,
             bad_records: bad_records?,
             batch_timeout: batch_timeout?,
+            coalesce: super::group::Coalesce { batches: usize::try_from(batches?).unwrap_or(usize::MAX), rows: rows? },
         })
     }
 }
 
 /// `batch_timeout_ms` when unset.
 pub const DEFAULT_BATCH_TIMEOUT_MS: u64 = 120_000;
+/// `max_batches_per_commit` when unset.
+pub const DEFAULT_MAX_BATCHES_PER_COMMIT: u64 = 20;
+/// `max_rows_per_commit` when unset.
+pub const DEFAULT_MAX_ROWS_PER_COMMIT: u64 = 100_000;
 
 #[cfg(test)]
 mod tests {
@@ -199,5 +225,20 @@ mod tests {
         assert_eq!(problems.into_vec().into_iter().map(|p| p.key).collect::<Vec<_>>(), vec!["batch_timeout_ms"]);
         let settings = BronzeOptions { batch_timeout_ms: Some(5000), ..options }.validate(&mut Problems::under("")).unwrap();
         assert_eq!(settings.batch_timeout, std::time::Duration::from_secs(5));
+    }
+
+    /// Coalescing limits default to 20 batches and 100,000 rows a commit; 0 is refused for
+    /// both, each problem named with its key.
+    #[test]
+    fn coalescing_limits_default_and_refuse_zero() {
+        let options = BronzeOptions { topic: Some("t".into()), target: Some("./bronze".into()), app_id: Some("a".into()), ..BronzeOptions::default() };
+        let settings = options.clone().validate(&mut Problems::under("")).unwrap();
+        assert_eq!(settings.coalesce, super::super::group::Coalesce { batches: 20, rows: 100_000 });
+        let zero = BronzeOptions { max_batches_per_commit: Some(0), max_rows_per_commit: Some(0), ..options.clone() };
+        let mut problems = Problems::under("");
+        assert!(zero.validate(&mut problems).is_none());
+        assert_eq!(problems.into_vec().into_iter().map(|p| p.key).collect::<Vec<_>>(), vec!["max_batches_per_commit", "max_rows_per_commit"]);
+        let one = BronzeOptions { max_batches_per_commit: Some(1), ..options }.validate(&mut Problems::under("")).unwrap();
+        assert_eq!(one.coalesce.batches, 1);
     }
 }

@@ -139,7 +139,29 @@ impl Feed {
     /// Exactly the records of `ranges`, in partition and offset order.
     pub async fn read_ranges(&self, ranges: &[PartitionRange]) -> Result<Vec<DataRecord>, BronzeError> {
         let ranges = ranges.to_vec();
-        off_runtime(&self.clients, move |clients| clients.read_ranges(&ranges)).await
+        off_runtime(&self.clients, move |clients| Ok(clients.read_spans(&ranges)?.into_values().collect())).await
+    }
+
+    /// Exactly the records of each batch's `ranges` (one list per batch, in partition and
+    /// offset order), read in one pass per partition: from the first batch's first offset to
+    /// the last batch's last, skipping what lies between the ranges (orphans, duplicates).
+    pub async fn read_group(&self, batches: Vec<Vec<PartitionRange>>) -> Result<Vec<Vec<DataRecord>>, BronzeError> {
+        off_runtime(&self.clients, move |clients| {
+            let all: Vec<PartitionRange> = batches.iter().flatten().cloned().collect();
+            let mut found = clients.read_spans(&all)?;
+            Ok(batches
+                .iter()
+                .map(|ranges| {
+                    let mut records = Vec::new();
+                    for range in ranges.iter().filter(|r| r.records > 0) {
+                        let keys: Vec<(i32, i64)> = found.range((range.partition, range.first_offset)..=(range.partition, range.last_offset)).map(|(key, _)| *key).collect();
+                        records.extend(keys.iter().filter_map(|key| found.remove(key)));
+                    }
+                    records
+                })
+                .collect())
+        })
+        .await
     }
 
     /// Queues an undecodable record for the dead-letter topic with Kafka Connect's error
@@ -225,17 +247,21 @@ impl Clients {
         }
     }
 
-    /// Exactly the records of `ranges`, in partition and offset order.
-    fn read_ranges(&self, ranges: &[PartitionRange]) -> Result<Vec<DataRecord>, BronzeError> {
-        let mut list = TopicPartitionList::new();
-        let mut wanted: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+    /// Exactly the records of `ranges` (several may share a partition), by partition and
+    /// offset; each partition is read once, from its first range's first offset.
+    fn read_spans(&self, ranges: &[PartitionRange]) -> Result<BTreeMap<(i32, i64), DataRecord>, BronzeError> {
+        let mut wanted: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
         for range in ranges.iter().filter(|r| r.records > 0) {
-            list.add_partition_offset(&self.data_topic, range.partition, Offset::Offset(range.first_offset)).map_err(kafka)?;
-            wanted.insert(range.partition, (range.first_offset, range.last_offset));
+            wanted.entry(range.partition).or_default().push((range.first_offset, range.last_offset));
+        }
+        let mut list = TopicPartitionList::new();
+        for (partition, spans) in &wanted {
+            let first = spans.iter().map(|(first, _)| *first).min().unwrap_or(0);
+            list.add_partition_offset(&self.data_topic, *partition, Offset::Offset(first)).map_err(kafka)?;
         }
         let mut out: BTreeMap<(i32, i64), DataRecord> = BTreeMap::new();
         if wanted.is_empty() {
-            return Ok(Vec::new());
+            return Ok(out);
         }
         self.data.assign(&list).map_err(kafka)?;
         let mut done: BTreeMap<i32, bool> = wanted.keys().map(|p| (*p, false)).collect();
@@ -246,12 +272,12 @@ impl Clients {
                 Some(Err(error)) => return Err(kafka(error)),
                 Some(Ok(message)) => {
                     let (partition, offset) = (message.partition(), message.offset());
-                    if let Some((first, last)) = wanted.get(&partition) {
-                        if offset >= *first && offset <= *last {
+                    if let Some(spans) = wanted.get(&partition) {
+                        if spans.iter().any(|(first, last)| offset >= *first && offset <= *last) {
                             out.insert((partition, offset), DataRecord { partition, offset, value: message.payload().unwrap_or_default().to_vec() });
                             last_progress = Instant::now();
                         }
-                        if offset >= *last {
+                        if spans.iter().all(|(_, last)| offset >= *last) {
                             done.insert(partition, true);
                         }
                     }
@@ -270,7 +296,7 @@ impl Clients {
                 });
             }
         }
-        Ok(out.into_values().collect())
+        Ok(out)
     }
 
     /// Sends an undecodable record to the dead-letter topic with Kafka Connect's error headers.

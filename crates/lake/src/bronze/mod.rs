@@ -14,6 +14,7 @@
 pub mod config;
 pub mod error;
 pub mod feed;
+pub mod group;
 pub mod plans;
 pub mod records;
 
@@ -30,12 +31,13 @@ pub use error::BronzeError;
 
 use self::config::BadRecords;
 use self::feed::Feed;
+use self::group::Written;
 use crate::fault;
 use crate::delta::storage::Storage;
 use crate::delta::table as delta;
 use crate::delta::evolve;
 use mssql_cdc_core::kafka::KafkaConfig;
-use mssql_cdc_core::log::control::ControlRecord;
+use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
 use mssql_cdc_core::log::decode::confluent_schema_id;
 use mssql_cdc_core::log::registry::SchemaRegistry;
 use mssql_cdc_core::log::Encoding;
@@ -82,6 +84,13 @@ struct Writer {
     bronze_version: i64,
     facts_version: i64,
     progress: Progress,
+    /// A control record fetched while a group was formed that did not join it: the next one.
+    held: Option<(i64, ControlRecord)>,
+    /// Where the control topic is followed from, until its first record is seen: the
+    /// consumer group's offset (only a hint) and the first batch id the tables need.
+    resume: Option<(i64, i64)>,
+    /// The highest batch id seen on the control topic.
+    last_seen: Option<u64>,
 }
 
 impl Writer {
@@ -115,7 +124,7 @@ impl Writer {
             }
             None => (None, -1),
         };
-        Ok(Self { name: sink.name, settings, feed, registry, storage, bronze, facts, bronze_version, facts_version, progress: sink.progress })
+        Ok(Self { name: sink.name, settings, feed, registry, storage, bronze, facts, bronze_version, facts_version, progress: sink.progress, held: None, resume: None, last_seen: None })
     }
 
     async fn run(mut self, cancel: CancellationToken) -> Result<(), BronzeError> {
@@ -137,53 +146,136 @@ impl Writer {
         let hint = self.feed.committed().await.unwrap_or(0);
         self.feed.assign_control(hint)?;
         tracing::info!(connector = %self.name, app_id = %self.settings.app_id, bronze_version = self.bronze_version, facts_version = self.facts_version, control_offset = hint, "bronze sink resuming");
-        let mut first = true;
-        let mut last_seen: Option<u64> = None;
+        self.resume = Some((hint, needed));
         BronzeBatchWritten::register(&self.name, &self.settings.app_id);
         loop {
             if cancel.is_cancelled() {
                 return Ok(());
             }
-            let Some((offset, control)) = self.feed.next_control(Duration::from_millis(500)).await? else {
+            let Some((mut offset, control)) = self.next_control(Duration::from_millis(500)).await? else {
                 continue;
             };
-            if first {
-                first = false;
-                if hint > 0 && (control.batch_id as i64) > needed {
-                    // The committed offset is past what the tables hold (it is only a hint).
-                    self.feed.assign_control(0)?;
-                    continue;
+            // What is fetched already joins while it may (`group`).
+            let mut group = vec![control];
+            if group::groupable(&group[0], self.written()) {
+                while group.len() < self.settings.coalesce.batches {
+                    let Some((next_offset, next)) = self.next_control(Duration::ZERO).await? else { break };
+                    if !group::joins(self.settings.coalesce, &group, &next, self.written()) {
+                        self.held = Some((next_offset, next));
+                        break;
+                    }
+                    group.push(next);
+                    offset = next_offset;
                 }
             }
-            if let Some(previous) = last_seen
-                && control.batch_id > previous + 1 {
-                    return Err(BronzeError::Gap { control_topic: self.settings.control_topic.clone(), previous, next: control.batch_id });
-                }
-            last_seen = Some(last_seen.map_or(control.batch_id, |p| p.max(control.batch_id)));
             let started = Instant::now();
             // A call that never returns (an object store or broker connection left hanging)
             // must not stall the sink for good: the batch is given up and the sink starts
             // again from what the tables hold.
             let timeout = self.settings.batch_timeout;
-            let written = match tokio::time::timeout(timeout, self.batch(&control)).await {
+            let written = match tokio::time::timeout(timeout, self.write(&group)).await {
                 Ok(written) => written?,
-                Err(_) => return Err(BronzeError::Stalled { batch_id: control.batch_id, timeout_ms: timeout.as_millis() }),
+                Err(_) => return Err(BronzeError::Stalled { batch_id: group[0].batch_id, timeout_ms: timeout.as_millis() }),
             };
             self.feed.commit(offset + 1);
             self.progress.advance();
-            if let Some(sink) = written {
-                BronzeBatchWritten {
-                    connector: &self.name,
-                    app_id: &self.settings.app_id,
-                    batch_id: control.batch_id,
-                    rows: sink.rows,
-                    dead_lettered: sink.dead_lettered,
-                    duration: started.elapsed(),
-                    behind: self.feed.behind(offset + 1).await,
+            if written.iter().any(Option::is_some) {
+                // A coalesced commit's time is shared among its batches.
+                let (duration, behind) = (started.elapsed() / group.len() as u32, self.feed.behind(offset + 1).await);
+                for (control, sink) in group.iter().zip(written).filter_map(|(c, s)| Some((c, s?))) {
+                    BronzeBatchWritten {
+                        connector: &self.name,
+                        app_id: &self.settings.app_id,
+                        batch_id: control.batch_id,
+                        rows: sink.rows,
+                        dead_lettered: sink.dead_lettered,
+                        duration,
+                        behind,
+                    }
+                    .emit();
                 }
-                .emit();
             }
         }
+    }
+
+    /// The next control record (the one held back first), checked for gaps; `None` when none
+    /// came within `timeout`, or when the first record showed the consumer group's offset to
+    /// be past what the tables need (the topic is then followed from its start).
+    async fn next_control(&mut self, timeout: Duration) -> Result<Option<(i64, ControlRecord)>, BronzeError> {
+        if let Some(held) = self.held.take() {
+            return Ok(Some(held));
+        }
+        let Some((offset, control)) = self.feed.next_control(timeout).await? else { return Ok(None) };
+        if let Some((hint, needed)) = self.resume.take()
+            && hint > 0
+            && (control.batch_id as i64) > needed
+        {
+            // The committed offset is past what the tables hold (it is only a hint).
+            self.feed.assign_control(0)?;
+            return Ok(None);
+        }
+        if let Some(previous) = self.last_seen
+            && control.batch_id > previous + 1
+        {
+            return Err(BronzeError::Gap { control_topic: self.settings.control_topic.clone(), previous, next: control.batch_id });
+        }
+        self.last_seen = Some(self.last_seen.map_or(control.batch_id, |p| p.max(control.batch_id)));
+        Ok(Some((offset, control)))
+    }
+
+    fn written(&self) -> Written {
+        Written { bronze: self.bronze_version, facts: self.facts.as_ref().map(|_| self.facts_version) }
+    }
+
+    /// Writes a group: one batch on its own, several in one bronze and one facts commit.
+    async fn write(&mut self, group: &[ControlRecord]) -> Result<Vec<Option<SinkMetrics>>, BronzeError> {
+        match group {
+            [control] => Ok(vec![self.batch(control).await?]),
+            _ => Ok(self.coalesced(group).await?.into_iter().map(Some).collect()),
+        }
+    }
+
+    /// Writes consecutive batches neither table holds yet ([`group`]): their records read in
+    /// one pass, decoded batch by batch, appended in one bronze commit with
+    /// `txn(app_id, last id)`, then every batch's facts rows in one commit with
+    /// `txn(<app_id>#facts, last id)`.
+    async fn coalesced(&mut self, group: &[ControlRecord]) -> Result<Vec<SinkMetrics>, BronzeError> {
+        let (Some(first), Some(last)) = (group.first(), group.last()) else { return Ok(Vec::new()) };
+        let started = Instant::now();
+        let ranges: Vec<Vec<PartitionRange>> = group.iter().filter(|c| c.rows > 0).map(|c| c.partitions.clone()).collect();
+        let read = ranges.len().max(1) as u64;
+        let mut records = self.feed.read_group(ranges).await?.into_iter();
+        let read_ms = started.elapsed().as_millis() as u64 / read;
+        let (mut sinks, mut batches) = (Vec::with_capacity(group.len()), Vec::new());
+        for control in group {
+            if control.rows == 0 {
+                sinks.push(SinkMetrics::default());
+                continue;
+            }
+            let (mut sink, batch) = self.decode(control, records.next().unwrap_or_default()).await?;
+            sink.read_ms = read_ms;
+            batches.extend(batch);
+            sinks.push(sink);
+        }
+        let rows = sinks.iter().map(|s| s.rows).sum();
+        if !batches.is_empty() {
+            self.commit_data(batches, first, last, rows).await?;
+        }
+        for control in group.iter().filter(|c| c.rows > 0) {
+            fault::crash_point(fault::Point::AfterBronzeDataCommit, control.batch_id as i64);
+        }
+        if let Some(table) = self.facts.take() {
+            let now = Utc::now();
+            let rows = group.iter().zip(&sinks).map(|(control, sink)| facts_rows(&self.settings.target, &self.settings.app_id, control, sink, now)).collect();
+            let metadata = [
+                ("mssql_cdc.batch_id".to_owned(), serde_json::json!(last.batch_id)),
+                ("mssql_cdc.first_batch_id".to_owned(), serde_json::json!(first.batch_id)),
+            ];
+            let table = delta::append(table, rows, &facts_app_id(&self.settings.app_id), last.batch_id as i64, metadata).await?;
+            self.facts = Some(table);
+            self.facts_version = last.batch_id as i64;
+        }
+        Ok(sinks)
     }
 
     /// Writes one batch where it is not written yet; what this run wrote (`None` when both
@@ -258,10 +350,21 @@ impl Writer {
 
     /// Reads, decodes and appends a batch's rows; returns what was measured.
     async fn append_data(&mut self, control: &ControlRecord) -> Result<SinkMetrics, BronzeError> {
-        let id = control.batch_id as i64;
         let started = Instant::now();
         let records = self.feed.read_ranges(&control.partitions).await?;
-        let mut sink = SinkMetrics { read_ms: started.elapsed().as_millis() as u64, bytes: records.iter().map(|r| r.value.len() as u64).sum(), ..Default::default() };
+        let read_ms = started.elapsed().as_millis() as u64;
+        let (mut sink, batch) = self.decode(control, records).await?;
+        sink.read_ms = read_ms;
+        if let Some(batch) = batch {
+            self.commit_data(vec![batch], control, control, sink.rows).await?;
+        }
+        Ok(sink)
+    }
+
+    /// Decodes a batch's records into bronze's layout; bad records stop the sink or go to the
+    /// dead-letter topic (acknowledged before this returns). `None` when no row is good.
+    async fn decode(&mut self, control: &ControlRecord, records: Vec<records::DataRecord>) -> Result<(SinkMetrics, Option<arrow::array::RecordBatch>), BronzeError> {
+        let mut sink = SinkMetrics { bytes: records.iter().map(|r| r.value.len() as u64).sum(), ..Default::default() };
         let writers = self.writer_schemas(&records).await?;
         // Rows lie in the batch's range; a snapshot's all carry its LSN.
         let (low, high) = control.row_lsn_range();
@@ -282,27 +385,34 @@ impl Writer {
         if !decoded.bad.is_empty() {
             self.feed.flush_dead_letters().await?;
         }
-        let Some(batch) = decoded.batch else {
-            return Ok(sink);
-        };
-        sink.rows = batch.num_rows() as u64;
+        sink.rows = decoded.batch.as_ref().map_or(0, |b| b.num_rows() as u64);
+        Ok((sink, decoded.batch))
+    }
+
+    /// Appends the rows of the batches `first` to `last` (one layout) in one commit with
+    /// `txn(app_id, last id)`, creating bronze with the first rows and widening its types
+    /// first where a DDL widened a captured column.
+    async fn commit_data(&mut self, batches: Vec<arrow::array::RecordBatch>, first: &ControlRecord, last: &ControlRecord, rows: u64) -> Result<(), BronzeError> {
+        let Some(batch) = batches.first() else { return Ok(()) };
         let table = match self.bronze.take() {
             Some(table) => table,
             None => delta::create(&self.settings.target, &self.storage, &batch.schema(), &records::comments(), &format!("mssql-cdc bronze of {}", self.settings.topic)).await?,
         };
         // A DDL widened a captured column: the table takes the wider type first.
-        let table = evolve::evolve_for(table, &batch.schema(), [("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id))]).await?;
+        let table = evolve::evolve_for(table, &batch.schema(), [("mssql_cdc.batch_id".to_owned(), serde_json::json!(first.batch_id))]).await?;
         let metadata = [
-            ("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id)),
-            ("mssql_cdc.from_lsn".to_owned(), serde_json::json!(control.from_lsn.to_string())),
-            ("mssql_cdc.to_lsn".to_owned(), serde_json::json!(control.to_lsn.to_string())),
+            ("mssql_cdc.batch_id".to_owned(), serde_json::json!(last.batch_id)),
+            ("mssql_cdc.first_batch_id".to_owned(), serde_json::json!(first.batch_id)),
+            ("mssql_cdc.from_lsn".to_owned(), serde_json::json!(first.from_lsn.to_string())),
+            ("mssql_cdc.to_lsn".to_owned(), serde_json::json!(last.to_lsn.to_string())),
             ("mssql_cdc.data_topic".to_owned(), serde_json::json!(self.settings.topic)),
-            ("mssql_cdc.rows".to_owned(), serde_json::json!(sink.rows)),
-            ("mssql_cdc.key".to_owned(), serde_json::json!(control.schema.key)),
+            ("mssql_cdc.rows".to_owned(), serde_json::json!(rows)),
+            ("mssql_cdc.key".to_owned(), serde_json::json!(last.schema.key)),
         ];
-        let table = delta::append(table, vec![batch], &self.settings.app_id, id, metadata).await?;
+        let id = last.batch_id as i64;
+        let table = delta::append(table, batches, &self.settings.app_id, id, metadata).await?;
         self.bronze = Some(table);
         self.bronze_version = id;
-        Ok(sink)
+        Ok(())
     }
 }

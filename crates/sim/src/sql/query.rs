@@ -134,6 +134,8 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
     }
 
     let aggregated = !aggs.is_empty() || !group_by.is_empty();
+    // Rows already in the ORDER BY's order (a single source read in its key order) skip the sort.
+    let mut presorted = false;
     if single {
         let source = &compiler_scope_sources[0];
         let range = match (source.key_column, &where_clause) {
@@ -143,7 +145,8 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
         // Rows come in key order: a TOP that needs no other order stops the scan early.
         // (Not WITH TIES: how many rows tie with the last is only known past it.)
         let ties = select.top.as_ref().is_some_and(|top| top.with_ties);
-        let early = !aggregated && having.is_none() && select.distinct.is_none() && !ties && in_key_order(&sort, &outputs, &source.key_columns());
+        presorted = !aggregated && !ties && in_key_order(&sort, &outputs, &source.key_columns());
+        let early = presorted && having.is_none() && select.distinct.is_none();
         let limit = if early { top_limit(select, ctx)?.unwrap_or(usize::MAX) } else { usize::MAX };
         rows = match &where_clause {
             Some(filter) => source.scan_until(range.as_ref(), &mut |row| Ok(truth(&filter.eval(row, &[], ctx)?) == Some(true)), limit)?,
@@ -257,7 +260,7 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
 
     // The sort keys of the produced rows, once sorted (for TOP ... WITH TIES).
     let mut sorted_keys: Option<Vec<Vec<Value>>> = None;
-    if !sort.is_empty() {
+    if !sort.is_empty() && !presorted {
         // (sort key, (group key, aggregate inputs, output row)) per produced row.
         #[allow(clippy::type_complexity)]
         let mut keyed: Vec<(Vec<Value>, (Vec<Value>, Vec<Value>, Vec<Value>))> = Vec::with_capacity(produced.len());

@@ -307,11 +307,16 @@ impl<'a> Source<'a> {
         }
     }
 
-    /// The positions of a base table's clustered-key columns (none for other sources).
+    /// The positions of the columns whose order the rows come in: a base table's clustered
+    /// key; a change table's `(__$start_lsn, __$seqval, __$operation)` (its clustered index,
+    /// also the order `fn_cdc_get_all_changes_` returns); `lsn_time_mapping`'s `start_lsn`.
     pub fn key_columns(&self) -> Vec<usize> {
         match &self.kind {
             Kind::Table(table) => table.key.clone(),
-            _ => Vec::new(),
+            Kind::ChangeTable(_) => vec![0, 2, 3],
+            Kind::AllChanges { .. } => vec![0, 1, 2],
+            Kind::Mapping => vec![0],
+            Kind::Rows(_) => Vec::new(),
         }
     }
 
@@ -321,14 +326,13 @@ impl<'a> Source<'a> {
     }
 
     /// Reads the rows `keep` accepts, seeking `range` on the key column when one is given, and
-    /// stops a base table's scan once `limit` rows are kept (its rows come in key order).
+    /// stops once `limit` rows are kept (rows come in [`Source::key_columns`] order).
     pub fn scan_until(&self, range: Option<&KeyRange>, keep: &mut dyn FnMut(&[Value]) -> SqlResult<bool>, limit: usize) -> SqlResult<Vec<Vec<Value>>> {
         if let Kind::Table(table) = &self.kind {
             return self.scan_table(table, range, keep, limit);
         }
-        let mut rows = self.scan_other(range)?;
         let mut kept = Vec::new();
-        for row in rows.drain(..) {
+        for row in self.scan_other(range) {
             if kept.len() >= limit {
                 break;
             }
@@ -376,18 +380,20 @@ impl<'a> Source<'a> {
         Ok(kept)
     }
 
-    fn scan_other(&self, range: Option<&KeyRange>) -> SqlResult<Vec<Vec<Value>>> {
-        let within_high = |value: &Value| range.is_none_or(|(_, high)| below(value, high));
-        let above_low = |value: &Value| range.is_none_or(|(low, _)| above(value, low));
+    /// The rows of a source other than a base table, made as they are read.
+    fn scan_other<'s>(&'s self, range: Option<&'s KeyRange>) -> Box<dyn Iterator<Item = Vec<Value>> + 's> {
+        let within_high = move |value: &Value| range.is_none_or(|(_, high)| below(value, high));
+        let above_low = move |value: &Value| range.is_none_or(|(low, _)| above(value, low));
         let lsn_low = |range: Option<&KeyRange>| -> Lsn {
             match range.map(|r| &r.0) {
                 Some(Bound::Included(Value::Binary(b)) | Bound::Excluded(Value::Binary(b))) if b.len() == 10 => Lsn::from_bytes(b).unwrap_or(Lsn::ZERO),
                 _ => Lsn::ZERO,
             }
         };
-        Ok(match &self.kind {
-            Kind::Table(table) => self.scan_table(table, range, &mut |_| Ok(true), usize::MAX)?,
-            Kind::ChangeTable(instance) => instance
+        match &self.kind {
+            Kind::Table(_) => Box::new(std::iter::empty()),
+            Kind::ChangeTable(instance) => Box::new(
+                instance
                 .rows
                 .range((lsn_low(range), Lsn::ZERO, 0)..)
                 .map(|((start, seqval, operation), row)| {
@@ -396,22 +402,24 @@ impl<'a> Source<'a> {
                     values.push(Value::Int(i64::from(row.command_id)));
                     values
                 })
-                .skip_while(|row| !above_low(&row[0]))
-                .take_while(|row| within_high(&row[0]))
-                .collect(),
-            Kind::AllChanges { instance, from, to, update_old } => instance
+                .skip_while(move |row| !above_low(&row[0]))
+                .take_while(move |row| within_high(&row[0]))
+            ),
+            Kind::AllChanges { instance, from, to, update_old } => Box::new(
+                instance
                 .rows
                 .range((*from, Lsn::ZERO, 0)..)
-                .take_while(|((start, _, _), _)| start <= to)
-                .filter(|((_, _, operation), _)| *update_old || *operation != op::UPDATE_BEFORE)
+                .take_while(move |((start, _, _), _)| start <= to)
+                .filter(move |((_, _, operation), _)| *update_old || *operation != op::UPDATE_BEFORE)
                 .map(|((start, seqval, operation), row)| {
                     let mut values = vec![lsn(*start), lsn(*seqval), Value::Int(i64::from(*operation)), Value::Binary(row.update_mask.clone())];
                     values.extend(row.values.iter().cloned());
                     values
                 })
-                .filter(|row| above_low(&row[0]) && within_high(&row[0]))
-                .collect(),
-            Kind::Mapping => self
+                .filter(move |row| above_low(&row[0]) && within_high(&row[0]))
+            ),
+            Kind::Mapping => Box::new(
+                self
                 .db
                 .cdc
                 .mapping
@@ -425,11 +433,11 @@ impl<'a> Source<'a> {
                         row.tran_begin_lsn.map_or(Value::Null, lsn),
                     ]
                 })
-                .skip_while(|row| !above_low(&row[0]))
-                .take_while(|row| within_high(&row[0]))
-                .collect(),
-            Kind::Rows(rows) => rows.clone(),
-        })
+                .skip_while(move |row| !above_low(&row[0]))
+                .take_while(move |row| within_high(&row[0]))
+            ),
+            Kind::Rows(rows) => Box::new(rows.iter().cloned()),
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use super::{Position, Setup, Step, Stream};
 use crate::config::{OnDataLoss, SchemaChangePolicy};
 use crate::connection::TdsClient;
 use crate::error::SourceError;
-use crate::publish::Producing;
+use crate::publish::{Producing, Queued};
 use crate::reader::{self, Commit, ServerState};
 use crate::rows::BatchBuilder;
 use crate::zone::ZoneRule;
@@ -49,6 +49,10 @@ struct Rows {
     bytes: u64,
     min_lsn: Option<Lsn>,
     max_lsn: Option<Lsn>,
+    /// The server state read after the rows (the next batch may start from it).
+    state_after: Option<ServerState>,
+    /// The last chunk's encoding, still running (its bytes are not in `bytes` yet).
+    queued: Option<Queued<u64>>,
 }
 
 impl Stream {
@@ -61,6 +65,7 @@ impl Stream {
             && position.lsn <= state.max_lsn
             && let Some(lost) = self.lost_range(conn, setup, position, &state).await?
         {
+            self.settle(position).await?;
             self.resnapshot_after_loss(setup, position, lost)?;
             return Ok(Step::Published);
         }
@@ -83,7 +88,10 @@ impl Stream {
         plan.events.splice(0..0, setup.pending.iter().cloned());
         plan.events.extend(schema_changes);
         self.publisher.begin();
-        let Some(rows) = self.read(conn, setup, position, &mut plan).await? else {
+        let read = self.read(conn, setup, position, &mut plan).await?;
+        // The batch in flight goes first: control records keep the batches' order.
+        self.settle(position).await?;
+        let Some(mut rows) = read else {
             // Cleanup overtook the read: the next step re-snapshots.
             self.publisher.finish().await?;
             return Ok(Step::Published);
@@ -93,11 +101,27 @@ impl Stream {
             self.publisher.finish().await?;
             return Ok(Step::Idle);
         }
-        let partitions = self.publisher.finish().await?;
-        let acknowledged: u64 = partitions.iter().map(|p| p.records).sum();
-        if acknowledged != rows.count {
-            return Err(SourceError::Kafka(format!("{} rows read but {acknowledged} acknowledged", rows.count)));
+        // A chunked snapshot's waves write control records of their own after the batch.
+        let snapshot_open = position.snapshot.as_ref().is_some_and(|s| !s.complete);
+        if !plan.caught_up && plan.events.is_empty() && rows.count > 0 && !snapshot_open {
+            // More commits wait on the server: read them while this batch is encoded and
+            // acknowledged.
+            let mut record = self.control_record(setup, position, &plan, &rows, Vec::new(), &state, started.elapsed());
+            position.advance(&record);
+            let count = rows.count;
+            let handle = self.publisher.settle_in_background(&setup.control_topic, rows.queued.take(), move |partitions, bytes| {
+                record.partitions = all_acknowledged(count, partitions)?;
+                record.metrics.bytes += bytes;
+                record.metrics.published_at = Some(Utc::now());
+                Ok(record)
+            });
+            position.pipeline.hand_off(handle, started, rows.state_after.take());
+            return Ok(Step::Published);
         }
+        if let Some(queued) = rows.queued.take() {
+            rows.bytes += queued.wait().await?;
+        }
+        let partitions = all_acknowledged(rows.count, self.publisher.finish().await?)?;
         let record = self.control_record(setup, position, &plan, &rows, partitions, &state, started.elapsed());
         self.publisher.send_control(&setup.control_topic, &record).await?;
         setup.pending.clear();
@@ -202,28 +226,44 @@ impl Stream {
             rows.min_lsn = Some(rows.min_lsn.map_or(start_lsn, |m| m.min(start_lsn)));
             rows.max_lsn = Some(rows.max_lsn.map_or(start_lsn, |m| m.max(start_lsn)));
             if builder.len() >= self.options.fetch_rows {
-                rows.bytes += self.publish_rows(setup, builder.finish()).await?;
+                // One chunk encodes while the next is read; at most two are held.
+                if let Some(queued) = rows.queued.take() {
+                    rows.bytes += queued.wait().await?;
+                }
+                rows.queued = Some(self.publish_rows_behind(setup, builder.finish()).await);
             }
         }
         drop(changes);
         if !builder.is_empty() {
-            rows.bytes += self.publish_rows(setup, builder.finish()).await?;
+            if let Some(queued) = rows.queued.take() {
+                rows.bytes += queued.wait().await?;
+            }
+            rows.queued = Some(self.publish_rows_behind(setup, builder.finish()).await);
         }
         let after = reader::server_state(conn, &self.connector, ci).await?;
         if self.options.on_data_loss == OnDataLoss::Resnapshot && after.min_lsn > plan.from.increment() {
+            if let Some(queued) = rows.queued.take() {
+                queued.wait().await?;
+            }
             return Ok(None);
         }
         if let Some(skipped) = self.check_loss(ci, plan.from, after.min_lsn, false)? {
             plan.events.push(skipped);
         }
+        rows.state_after = Some(after);
         Ok(Some(rows))
     }
 
     /// Encodes one Arrow batch (JSON, or Avro in the Confluent wire format) and queues its
     /// records, off the async workers; returns the bytes queued.
     pub(super) async fn publish_rows(&self, setup: &Setup, batch: arrow::array::RecordBatch) -> Result<u64, SourceError> {
+        self.publish_rows_behind(setup, batch).await.wait().await
+    }
+
+    /// [`Stream::publish_rows`], returning once the encoding holds its place in line.
+    async fn publish_rows_behind(&self, setup: &Setup, batch: arrow::array::RecordBatch) -> Queued<u64> {
         let (schema, topic, ids) = (setup.schema.clone(), setup.data_topic.clone(), setup.key_schema_id.zip(setup.value_schema_id));
-        self.publisher.queue(move |producer| encode_and_queue(producer, &schema, &topic, ids, &batch)).await
+        self.publisher.queue_behind(move |producer, set| encode_and_queue(producer, set, &schema, &topic, ids, &batch)).await
     }
 
     /// The control record naming the batch's acknowledged records.
@@ -363,10 +403,18 @@ pub(super) fn headroom_hours(retention_minutes: i64, oldest_unpublished: DateTim
     ((oldest_unpublished - now).num_seconds() as f64 + retention_minutes as f64 * 60.0) / 3600.0
 }
 
-/// Each commit's UTC time, in LSN order, keeping fall-back hours in commit order.
+/// The batch's acknowledged ranges, if they hold all of its `rows` records.
+fn all_acknowledged(rows: u64, partitions: Vec<PartitionRange>) -> Result<Vec<PartitionRange>, SourceError> {
+    let acknowledged: u64 = partitions.iter().map(|p| p.records).sum();
+    if acknowledged != rows {
+        return Err(SourceError::Kafka(format!("{rows} rows read but {acknowledged} acknowledged")));
+    }
+    Ok(partitions)
+}
+
 /// Encodes each row of `batch` (Avro with the `(key, value)` schema ids, JSON without) and
 /// queues it to `topic`; returns the bytes queued.
-fn encode_and_queue(producer: &Producing, schema: &TableSchema, topic: &str, avro_ids: Option<(u32, u32)>, batch: &arrow::array::RecordBatch) -> Result<u64, SourceError> {
+fn encode_and_queue(producer: &Producing, set: usize, schema: &TableSchema, topic: &str, avro_ids: Option<(u32, u32)>, batch: &arrow::array::RecordBatch) -> Result<u64, SourceError> {
     let encoder = RowEncoder::new(schema, batch)?;
     let mut key = Vec::with_capacity(64);
     let mut value = Vec::with_capacity(512);
@@ -386,12 +434,13 @@ fn encode_and_queue(producer: &Producing, schema: &TableSchema, topic: &str, avr
                 encoder.value_json(row, &mut value);
             }
         }
-        producer.send(topic, &key, &value)?;
+        producer.send_in(set, topic, &key, &value)?;
         bytes += (key.len() + value.len()) as u64;
     }
     Ok(bytes)
 }
 
+/// Each commit's UTC time, in LSN order, keeping fall-back hours in commit order.
 fn commit_times(zone: &ZoneRule, commits: &[Commit], mut previous: Option<DateTime<Utc>>) -> Vec<(Lsn, DateTime<Utc>)> {
     commits
         .iter()

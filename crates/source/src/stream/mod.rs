@@ -6,6 +6,7 @@ mod batch;
 mod chunked;
 mod ddl;
 mod offset;
+mod pipeline;
 mod seed;
 mod snapshot;
 mod switch;
@@ -107,6 +108,8 @@ struct Position {
     /// The log's schema: the last control record's (`None` before the first). DDL ahead is
     /// judged against it.
     log_schema: Option<TableSchema>,
+    /// The batch whose acknowledgements and control record are still being awaited.
+    pipeline: pipeline::Pipeline,
 }
 
 /// One capture instance's stream.
@@ -157,22 +160,37 @@ impl Stream {
         let schedule = &self.options.sql_retry;
         loop {
             if cancel.is_cancelled() {
+                self.settle_before_stop(&mut position).await;
                 return Ok(None);
             }
             let result = self.step(&mut client, &mut setup, &mut position).await;
             match result {
-                Ok(Step::Done) => return Ok(setup.as_ref().zip(position.as_ref()).map(|(setup, position)| self.offset(setup, position))),
+                Ok(Step::Done) => {
+                    if let Some(position) = position.as_mut() {
+                        self.settle(position).await?;
+                    }
+                    return Ok(setup.as_ref().zip(position.as_ref()).map(|(setup, position)| self.offset(setup, position)));
+                }
                 Ok(step) => {
                     if let Some(Outage { since, attempts, .. }) = outage.take() {
                         tracing::info!(connector = %self.connector_name, capture_instance = %self.wanted, attempts, seconds = since.elapsed().as_secs(), "SQL Server reachable again");
                     }
-                    if matches!(step, Step::Idle) && !wait_or_cancel(self.options.poll_interval, cancel).await {
-                        return Ok(None);
+                    if matches!(step, Step::Idle) {
+                        if let Some(position) = position.as_mut() {
+                            self.settle(position).await?;
+                        }
+                        if !wait_or_cancel(self.options.poll_interval, cancel).await {
+                            return Ok(None);
+                        }
                     }
                 }
                 Err(error) if error.is_transient() => {
                     client = None;
                     self.publisher.finish().await.ok();
+                    if let Some(position) = position.as_mut() {
+                        // A batch handed off before the fault still completes (or fails the stream).
+                        self.settle(position).await?;
+                    }
                     let outage = outage.get_or_insert_with(|| Outage { since: Instant::now(), attempts: 0, backoff: schedule.backoff() });
                     outage.attempts += 1;
                     let wait = match outage.backoff.on_failure(outage.since.elapsed(), false) {
@@ -184,7 +202,10 @@ impl Stream {
                         return Ok(None);
                     }
                 }
-                Err(error) => return Err(error),
+                Err(error) => {
+                    self.settle_before_stop(&mut position).await;
+                    return Err(error);
+                }
             }
         }
     }
@@ -208,7 +229,12 @@ impl Stream {
             ready.retention_minutes = reader::retention_minutes(conn, &self.connector).await?;
         }
         let setup = &*ready;
-        let state = reader::server_state(conn, &self.connector, &setup.instance.name).await?;
+        // After a handed-off batch, the state read after its rows (unless on a new connection).
+        let reused = position.as_mut().and_then(|p| p.pipeline.take_state()).filter(|_| !fresh);
+        let state = match reused {
+            Some(state) => state,
+            None => reader::server_state(conn, &self.connector, &setup.instance.name).await?,
+        };
         let start = match position.take() {
             Some(start) => start,
             None => {
@@ -225,6 +251,11 @@ impl Stream {
             // chunk readers connect again too.
             position.snapshot_txn = false;
             position.readers.clear();
+        }
+        let streaming = position.open_next.is_none() && position.snapshot.as_ref().is_none_or(|s| s.complete) && self.request.is_none();
+        if !streaming {
+            // Snapshots, chunk waves and requests write control records of their own.
+            self.settle(position).await?;
         }
         if let Some(opening) = position.open_next.clone() {
             let step = self.open_snapshot(conn, setup, position, &state, &opening).await?;
@@ -247,6 +278,10 @@ impl Stream {
         // A chunked snapshot's waves run when the stream has caught up with the server.
         let max_lsn = state.max_lsn;
         let step = self.batch(conn, ready, position, state).await?;
+        if Self::chunked_open(position) {
+            // A wave's control records come after the batch's.
+            self.settle(position).await?;
+        }
         let caught_up = position.lsn >= max_lsn || matches!(step, Step::Idle);
         match self.chunked_wave(conn, ready, position, caught_up).await? {
             chunked::Wave::Read => Ok(Step::Published),
@@ -378,6 +413,7 @@ impl Stream {
                     pace: None,
                     backfill: chunked::Backfill::default(),
                     readers: Vec::new(),
+                    pipeline: pipeline::Pipeline::default(),
                 }
             }
             None => {
@@ -401,6 +437,7 @@ impl Stream {
                     pace: None,
                     backfill: chunked::Backfill::default(),
                     readers: Vec::new(),
+                    pipeline: pipeline::Pipeline::default(),
                 }
             }
         };

@@ -239,6 +239,7 @@ mod tests {
             backfill: super::super::chunked::Backfill::default(),
             readers: Vec::new(),
             log_schema: None,
+            pipeline: Default::default(),
         }
     }
 
