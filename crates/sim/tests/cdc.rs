@@ -371,6 +371,8 @@ fn top_in_key_order_returns_the_first_rows_of_the_sorted_read() {
     s.orders_with_cdc();
     for id in 1..=12 {
         s.exec(&format!("INSERT INTO dbo.orders VALUES ({id}, 'new', {id})"));
+    }
+    for id in 1..=12 {
         s.exec(&format!("UPDATE dbo.orders SET status = 'paid' WHERE id = {}", 13 - id));
     }
     let lsns = |sql: &str, s: &mut Sim| s.query(sql).rows.into_iter().map(|r| lsn_hex(&r[0])).collect::<Vec<_>>();

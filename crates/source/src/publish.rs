@@ -36,7 +36,7 @@ struct Acks {
 /// late report of an abandoned set (no longer open) never counts towards another.
 #[derive(Debug, Default)]
 struct Sets {
-    /// The set [`Producing::send`] adds to (the last one begun).
+    /// The set queueing jobs send to (the last one begun).
     current: usize,
     next: usize,
     open: BTreeMap<usize, Acks>,
@@ -190,7 +190,7 @@ impl Publisher {
     ) -> InFlight {
         let set = self.producer.claim();
         let (producer, topic) = (self.producer.clone(), control_topic.to_owned());
-        InFlight(tokio::spawn(async move {
+        Queued(tokio::spawn(async move {
             let bytes = match queued {
                 Some(queued) => queued.wait().await?,
                 None => 0,
@@ -239,34 +239,25 @@ impl Publisher {
     }
 }
 
-/// A queueing job left running ([`Publisher::queue_behind`]).
+/// Publishing work left running in the background: a queueing job
+/// ([`Publisher::queue_behind`]) or a handed-off batch ([`InFlight`]).
 pub struct Queued<R>(tokio::task::JoinHandle<Result<R, SourceError>>);
 
 impl<R> Queued<R> {
-    /// The job's result once it has queued its records.
+    /// The work's result once done (for a batch, its control record once written); the
+    /// error that stopped it otherwise. A panic resumes in the caller.
     pub async fn wait(self) -> Result<R, SourceError> {
         match self.0.await {
             Ok(result) => result,
             Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-            Err(error) => Err(SourceError::Kafka(format!("a queueing job was stopped: {error}"))),
+            Err(error) => Err(SourceError::Kafka(format!("publishing work in the background was stopped: {error}"))),
         }
     }
 }
 
 /// A batch handed off by [`Publisher::settle_in_background`]: its acknowledgements awaited
-/// and its control record written by a blocking task.
-pub struct InFlight(tokio::task::JoinHandle<Result<ControlRecord, SourceError>>);
-
-impl InFlight {
-    /// The control record once written; the error that stopped it otherwise.
-    pub async fn wait(self) -> Result<ControlRecord, SourceError> {
-        match self.0.await {
-            Ok(result) => result,
-            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-            Err(error) => Err(SourceError::Kafka(format!("the batch's acknowledgement task was stopped: {error}"))),
-        }
-    }
-}
+/// and its control record written in the background.
+pub type InFlight = Queued<ControlRecord>;
 
 /// The producer's librdkafka handle and the acknowledgements it collects; its methods block.
 pub struct Producing {
@@ -301,8 +292,8 @@ impl Producing {
         Ok(Self { producer, acks, client, flush_timeout: Duration::from_secs(120) })
     }
 
-    /// Starts a new set, the one [`Producing::send`] adds to: reports of earlier records no
-    /// longer count, except those of sets handed off to [`Producing::finish_set`].
+    /// Starts a new set, the one queueing jobs send to: reports of earlier records no longer
+    /// count, except those of sets handed off to [`Producing::finish_set`].
     fn begin(&self) {
         self.acks.lock().begin();
     }

@@ -264,18 +264,26 @@ impl Writer {
         for control in group.iter().filter(|c| c.rows > 0) {
             fault::crash_point(fault::Point::AfterBronzeDataCommit, control.batch_id as i64);
         }
-        if let Some(table) = self.facts.take() {
-            let now = Utc::now();
-            let rows = group.iter().zip(&sinks).map(|(control, sink)| facts_rows(&self.settings.target, &self.settings.app_id, control, sink, now)).collect();
-            let metadata = [
-                ("mssql_cdc.batch_id".to_owned(), serde_json::json!(last.batch_id)),
-                ("mssql_cdc.first_batch_id".to_owned(), serde_json::json!(first.batch_id)),
-            ];
-            let table = delta::append(table, rows, &facts_app_id(&self.settings.app_id), last.batch_id as i64, metadata).await?;
-            self.facts = Some(table);
-            self.facts_version = last.batch_id as i64;
-        }
+        self.commit_facts(group, &sinks).await?;
         Ok(sinks)
+    }
+
+    /// Appends the facts rows of `group` (consecutive batches, with what the sink measured of
+    /// each) in one commit with `txn(<app_id>#facts, last id)`; nothing without a facts table.
+    async fn commit_facts(&mut self, group: &[ControlRecord], sinks: &[SinkMetrics]) -> Result<(), BronzeError> {
+        let (Some(first), Some(last)) = (group.first(), group.last()) else { return Ok(()) };
+        let Some(table) = self.facts.take() else { return Ok(()) };
+        let now = Utc::now();
+        let rows = group.iter().zip(sinks).map(|(control, sink)| facts_rows(&self.settings.target, &self.settings.app_id, control, sink, now)).collect();
+        let metadata = [
+            ("mssql_cdc.batch_id".to_owned(), serde_json::json!(last.batch_id)),
+            ("mssql_cdc.first_batch_id".to_owned(), serde_json::json!(first.batch_id)),
+        ];
+        let id = last.batch_id as i64;
+        let table = delta::append(table, rows, &facts_app_id(&self.settings.app_id), id, metadata).await?;
+        self.facts = Some(table);
+        self.facts_version = id;
+        Ok(())
     }
 
     /// Writes one batch where it is not written yet; what this run wrote (`None` when both
@@ -300,13 +308,8 @@ impl Writer {
         if facts_pending {
             self.record_plan(control).await?;
         }
-        let facts = if facts_pending { self.facts.take() } else { None };
-        if let Some(table) = facts {
-            let rows = facts_rows(&self.settings.target, &self.settings.app_id, control, &sink, Utc::now());
-            let metadata = [("mssql_cdc.batch_id".to_owned(), serde_json::json!(control.batch_id))];
-            let table = delta::append(table, vec![rows], &facts_app_id(&self.settings.app_id), id, metadata).await?;
-            self.facts = Some(table);
-            self.facts_version = id;
+        if facts_pending {
+            self.commit_facts(std::slice::from_ref(control), std::slice::from_ref(&sink)).await?;
         }
         sink.rows = appended;
         Ok(Some(sink))

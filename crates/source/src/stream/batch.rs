@@ -226,19 +226,12 @@ impl Stream {
             rows.min_lsn = Some(rows.min_lsn.map_or(start_lsn, |m| m.min(start_lsn)));
             rows.max_lsn = Some(rows.max_lsn.map_or(start_lsn, |m| m.max(start_lsn)));
             if builder.len() >= self.options.fetch_rows {
-                // One chunk encodes while the next is read; at most two are held.
-                if let Some(queued) = rows.queued.take() {
-                    rows.bytes += queued.wait().await?;
-                }
-                rows.queued = Some(self.publish_rows_behind(setup, builder.finish()).await);
+                self.encode_next(setup, &mut rows, builder.finish()).await?;
             }
         }
         drop(changes);
         if !builder.is_empty() {
-            if let Some(queued) = rows.queued.take() {
-                rows.bytes += queued.wait().await?;
-            }
-            rows.queued = Some(self.publish_rows_behind(setup, builder.finish()).await);
+            self.encode_next(setup, &mut rows, builder.finish()).await?;
         }
         let after = reader::server_state(conn, &self.connector, ci).await?;
         if self.options.on_data_loss == OnDataLoss::Resnapshot && after.min_lsn > plan.from.increment() {
@@ -258,6 +251,16 @@ impl Stream {
     /// records, off the async workers; returns the bytes queued.
     pub(super) async fn publish_rows(&self, setup: &Setup, batch: arrow::array::RecordBatch) -> Result<u64, SourceError> {
         self.publish_rows_behind(setup, batch).await.wait().await
+    }
+
+    /// Starts encoding the next chunk of a batch's rows once the previous chunk's encoding is
+    /// done: one chunk encodes while the next is read, at most two are held.
+    async fn encode_next(&self, setup: &Setup, rows: &mut Rows, chunk: arrow::array::RecordBatch) -> Result<(), SourceError> {
+        if let Some(queued) = rows.queued.take() {
+            rows.bytes += queued.wait().await?;
+        }
+        rows.queued = Some(self.publish_rows_behind(setup, chunk).await);
+        Ok(())
     }
 
     /// [`Stream::publish_rows`], returning once the encoding holds its place in line.

@@ -166,9 +166,7 @@ impl Stream {
             let result = self.step(&mut client, &mut setup, &mut position).await;
             match result {
                 Ok(Step::Done) => {
-                    if let Some(position) = position.as_mut() {
-                        self.settle(position).await?;
-                    }
+                    self.settle_any(&mut position).await?;
                     return Ok(setup.as_ref().zip(position.as_ref()).map(|(setup, position)| self.offset(setup, position)));
                 }
                 Ok(step) => {
@@ -176,9 +174,7 @@ impl Stream {
                         tracing::info!(connector = %self.connector_name, capture_instance = %self.wanted, attempts, seconds = since.elapsed().as_secs(), "SQL Server reachable again");
                     }
                     if matches!(step, Step::Idle) {
-                        if let Some(position) = position.as_mut() {
-                            self.settle(position).await?;
-                        }
+                        self.settle_any(&mut position).await?;
                         if !wait_or_cancel(self.options.poll_interval, cancel).await {
                             return Ok(None);
                         }
@@ -187,10 +183,8 @@ impl Stream {
                 Err(error) if error.is_transient() => {
                     client = None;
                     self.publisher.finish().await.ok();
-                    if let Some(position) = position.as_mut() {
-                        // A batch handed off before the fault still completes (or fails the stream).
-                        self.settle(position).await?;
-                    }
+                    // A batch handed off before the fault still completes (or fails the stream).
+                    self.settle_any(&mut position).await?;
                     let outage = outage.get_or_insert_with(|| Outage { since: Instant::now(), attempts: 0, backoff: schedule.backoff() });
                     outage.attempts += 1;
                     let wait = match outage.backoff.on_failure(outage.since.elapsed(), false) {
@@ -277,11 +271,9 @@ impl Stream {
         }
         // A chunked snapshot's waves run when the stream has caught up with the server.
         let max_lsn = state.max_lsn;
+        // No batch is handed off while a snapshot is open (`batch`), so a wave's control
+        // records follow the batch's.
         let step = self.batch(conn, ready, position, state).await?;
-        if Self::chunked_open(position) {
-            // A wave's control records come after the batch's.
-            self.settle(position).await?;
-        }
         let caught_up = position.lsn >= max_lsn || matches!(step, Step::Idle);
         match self.chunked_wave(conn, ready, position, caught_up).await? {
             chunked::Wave::Read => Ok(Step::Published),

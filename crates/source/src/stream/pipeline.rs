@@ -67,10 +67,17 @@ impl Stream {
         Ok(())
     }
 
+    /// [`Stream::settle`] for a position that may not be known yet.
+    pub(super) async fn settle_any(&self, position: &mut Option<Position>) -> Result<(), SourceError> {
+        match position.as_mut() {
+            Some(position) => self.settle(position).await,
+            None => Ok(()),
+        }
+    }
+
     /// [`Stream::settle`] where the stream stops anyway: a failure is logged, not returned.
     pub(super) async fn settle_before_stop(&self, position: &mut Option<Position>) {
-        let Some(position) = position.as_mut() else { return };
-        if let Err(error) = self.settle(position).await {
+        if let Err(error) = self.settle_any(position).await {
             tracing::warn!(connector = %self.connector_name, capture_instance = %self.wanted, error = %error, "the batch in flight was not published; the stream resumes before it");
         }
     }
