@@ -90,7 +90,7 @@ fn describe_all() {
     describe_counter!(BRONZE_BATCHES_TOTAL, Unit::Count, "Batches the bronze sink completed.");
     describe_counter!(BRONZE_ROWS_TOTAL, Unit::Count, "Rows appended to bronze.");
     describe_histogram!(BRONZE_COMMIT_DURATION_SECONDS, Unit::Seconds, "Time to write one batch: read, decode, data and facts commits.");
-    describe_gauge!(BRONZE_RECORDS_BEHIND, "Control records behind the control topic's end.");
+    describe_gauge!(BRONZE_RECORDS_BEHIND, "Control records behind the control topic's end after the last batch written.");
     describe_counter!(BRONZE_DEAD_LETTERED_TOTAL, Unit::Count, "Records sent to the dead-letter topic.");
     describe_counter!(SILVER_BATCHES_TOTAL, Unit::Count, "Bronze batches applied to silver, heartbeats included.");
     describe_counter!(SILVER_CHANGES_TOTAL, Unit::Count, "Bronze change rows read by apply_changes.");

@@ -33,7 +33,8 @@ fn kafka(error: impl std::fmt::Display) -> BronzeError {
 }
 
 /// Consumers of one feed. Its methods are `async`: each blocking librdkafka call runs on the
-/// blocking pool ([`off_runtime`]).
+/// blocking pool ([`off_runtime`]). A clone shares the consumers.
+#[derive(Clone)]
 pub struct Feed {
     clients: Arc<Clients>,
 }

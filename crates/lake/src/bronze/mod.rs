@@ -9,6 +9,10 @@
 //! written again there, so a crash at any point, a re-delivered control record or a duplicated
 //! data record changes nothing. Consumer-group offsets are committed only for lag tools.
 //!
+//! Consecutive batches neither table holds are written as a group ([`group`]) in one commit
+//! per table, and the next group's records are read while the current group is decoded and
+//! committed (reads and commits each stay in order).
+//!
 //! See `docs/connectors/delta-bronze.md` and `docs/tables.md`.
 
 pub mod config;
@@ -69,6 +73,18 @@ impl Stage for BronzeSink {
         })
     }
 }
+
+/// A group of batches taken from the control topic, with the background read of its data
+/// records when it is written as a group.
+struct Ahead {
+    /// The control offset of its last record.
+    offset: i64,
+    group: Vec<ControlRecord>,
+    reading: Option<tokio::task::JoinHandle<Result<GroupRecords, BronzeError>>>,
+}
+
+/// A group's data records, one list per batch with rows, and the time their read took.
+type GroupRecords = (Vec<Vec<records::DataRecord>>, Duration);
 
 /// The running sink.
 struct Writer {
@@ -148,32 +164,31 @@ impl Writer {
         tracing::info!(connector = %self.name, app_id = %self.settings.app_id, bronze_version = self.bronze_version, facts_version = self.facts_version, control_offset = hint, "bronze sink resuming");
         self.resume = Some((hint, needed));
         BronzeBatchWritten::register(&self.name, &self.settings.app_id);
+        // The group whose records are read while the one before it is decoded and committed.
+        let mut ahead: Option<Ahead> = None;
         loop {
             if cancel.is_cancelled() {
                 return Ok(());
             }
-            let Some((mut offset, control)) = self.next_control(Duration::from_millis(500)).await? else {
-                continue;
+            let next = match ahead.take() {
+                Some(next) => next,
+                None => match self.next_group(Duration::from_millis(500)).await? {
+                    Some((offset, group)) => self.read_ahead(offset, group),
+                    None => continue,
+                },
             };
-            // What is fetched already joins while it may (`group`).
-            let mut group = vec![control];
-            if group::groupable(&group[0], self.written()) {
-                while group.len() < self.settings.coalesce.batches {
-                    let Some((next_offset, next)) = self.next_control(Duration::ZERO).await? else { break };
-                    if !group::joins(self.settings.coalesce, &group, &next, self.written()) {
-                        self.held = Some((next_offset, next));
-                        break;
-                    }
-                    group.push(next);
-                    offset = next_offset;
-                }
-            }
+            let (offset, group) = (next.offset, next.group.clone());
             let started = Instant::now();
+            // What is left behind the group, asked while it is written (a broker round trip).
+            let behind = {
+                let feed = self.feed.clone();
+                tokio::spawn(async move { feed.behind(offset + 1).await })
+            };
             // A call that never returns (an object store or broker connection left hanging)
             // must not stall the sink for good: the batch is given up and the sink starts
             // again from what the tables hold.
             let timeout = self.settings.batch_timeout;
-            let written = match tokio::time::timeout(timeout, self.write(&group)).await {
+            let written = match tokio::time::timeout(timeout, self.write(next, &mut ahead)).await {
                 Ok(written) => written?,
                 Err(_) => return Err(BronzeError::Stalled { batch_id: group[0].batch_id, timeout_ms: timeout.as_millis() }),
             };
@@ -181,7 +196,7 @@ impl Writer {
             self.progress.advance();
             if written.iter().any(Option::is_some) {
                 // A coalesced commit's time is shared among its batches.
-                let (duration, behind) = (started.elapsed() / group.len() as u32, self.feed.behind(offset + 1).await);
+                let (duration, behind) = (started.elapsed() / group.len() as u32, behind.await.ok().flatten());
                 for (control, sink) in group.iter().zip(written).filter_map(|(c, s)| Some((c, s?))) {
                     BronzeBatchWritten {
                         connector: &self.name,
@@ -196,6 +211,37 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// The next group ([`group`]): a control record and, when it may be coalesced, the ones
+    /// already fetched that join it (what is fetched joins while it may); with the control
+    /// offset of its last record. `None` when no control record came within `timeout`.
+    async fn next_group(&mut self, timeout: Duration) -> Result<Option<(i64, Vec<ControlRecord>)>, BronzeError> {
+        let Some((mut offset, control)) = self.next_control(timeout).await? else { return Ok(None) };
+        let mut group = vec![control];
+        if group::groupable(&group[0], self.written()) {
+            while group.len() < self.settings.coalesce.batches {
+                let Some((next_offset, next)) = self.next_control(Duration::ZERO).await? else { break };
+                if !group::joins(self.settings.coalesce, &group, &next, self.written()) {
+                    self.held = Some((next_offset, next));
+                    break;
+                }
+                group.push(next);
+                offset = next_offset;
+            }
+        }
+        Ok(Some((offset, group)))
+    }
+
+    /// A group with its data records' read started in the background when it is written as a
+    /// group (a batch written on its own reads its records itself).
+    fn read_ahead(&self, offset: i64, group: Vec<ControlRecord>) -> Ahead {
+        let reading = group::groupable(&group[0], self.written()).then(|| {
+            let ranges: Vec<Vec<PartitionRange>> = group.iter().filter(|c| c.rows > 0).map(|c| c.partitions.clone()).collect();
+            let (feed, started) = (self.feed.clone(), Instant::now());
+            tokio::spawn(async move { feed.read_group(ranges).await.map(|records| (records, started.elapsed())) })
+        });
+        Ahead { offset, group, reading }
     }
 
     /// The next control record (the one held back first), checked for gaps; `None` when none
@@ -227,25 +273,31 @@ impl Writer {
         Written { bronze: self.bronze_version, facts: self.facts.as_ref().map(|_| self.facts_version) }
     }
 
-    /// Writes a group: one batch on its own, several in one bronze and one facts commit.
-    async fn write(&mut self, group: &[ControlRecord]) -> Result<Vec<Option<SinkMetrics>>, BronzeError> {
-        match group {
-            [control] => Ok(vec![self.batch(control).await?]),
-            _ => Ok(self.coalesced(group).await?.into_iter().map(Some).collect()),
+    /// Writes a group: one batch on its own, or as a group in one bronze and one facts commit.
+    /// Once a group's records are in, the next group's read starts (`ahead`), so that it
+    /// overlaps this group's decoding and commits.
+    async fn write(&mut self, next: Ahead, ahead: &mut Option<Ahead>) -> Result<Vec<Option<SinkMetrics>>, BronzeError> {
+        let Some(reading) = next.reading else {
+            let [control] = next.group.as_slice() else { return Err(BronzeError::Kafka("a group of batches was formed without its read".into())) };
+            return Ok(vec![self.batch(control).await?]);
+        };
+        let (records, read) = reading.await.map_err(|e| BronzeError::Kafka(format!("the read of a group's records failed: {e}")))??;
+        if ahead.is_none()
+            && let Some((offset, group)) = self.next_group(Duration::ZERO).await?
+        {
+            *ahead = Some(self.read_ahead(offset, group));
         }
+        Ok(self.coalesced(&next.group, records, read).await?.into_iter().map(Some).collect())
     }
 
-    /// Writes consecutive batches neither table holds yet ([`group`]): their records read in
-    /// one pass, decoded batch by batch, appended in one bronze commit with
-    /// `txn(app_id, last id)`, then every batch's facts rows in one commit with
-    /// `txn(<app_id>#facts, last id)`.
-    async fn coalesced(&mut self, group: &[ControlRecord]) -> Result<Vec<SinkMetrics>, BronzeError> {
+    /// Writes consecutive batches neither table holds yet ([`group`]), given their records
+    /// (one list per batch with rows, read in one pass in `read`): decoded batch by batch,
+    /// appended in one bronze commit with `txn(app_id, last id)`, then every batch's facts
+    /// rows in one commit with `txn(<app_id>#facts, last id)`.
+    async fn coalesced(&mut self, group: &[ControlRecord], records: Vec<Vec<records::DataRecord>>, read: Duration) -> Result<Vec<SinkMetrics>, BronzeError> {
         let (Some(first), Some(last)) = (group.first(), group.last()) else { return Ok(Vec::new()) };
-        let started = Instant::now();
-        let ranges: Vec<Vec<PartitionRange>> = group.iter().filter(|c| c.rows > 0).map(|c| c.partitions.clone()).collect();
-        let read = ranges.len().max(1) as u64;
-        let mut records = self.feed.read_group(ranges).await?.into_iter();
-        let read_ms = started.elapsed().as_millis() as u64 / read;
+        let read_ms = read.as_millis() as u64 / records.len().max(1) as u64;
+        let mut records = records.into_iter();
         let (mut sinks, mut batches) = (Vec::with_capacity(group.len()), Vec::new());
         for control in group {
             if control.rows == 0 {
