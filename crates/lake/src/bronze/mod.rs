@@ -23,6 +23,7 @@ pub mod plans;
 pub mod records;
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -41,7 +42,7 @@ use crate::delta::storage::Storage;
 use crate::delta::table as delta;
 use crate::delta::evolve;
 use mssql_cdc_core::kafka::KafkaConfig;
-use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
+use mssql_cdc_core::log::control::ControlRecord;
 use mssql_cdc_core::log::decode::confluent_schema_id;
 use mssql_cdc_core::log::registry::SchemaRegistry;
 use mssql_cdc_core::log::Encoding;
@@ -83,15 +84,23 @@ struct Ahead {
     reading: Option<tokio::task::JoinHandle<Result<GroupRecords, BronzeError>>>,
 }
 
-/// A group's data records, one list per batch with rows, and the time their read took.
-type GroupRecords = (Vec<Vec<records::DataRecord>>, Duration);
+/// A group's data records decoded, one per batch with rows, and the time their read took.
+type GroupRecords = (Vec<Prepared>, Duration);
+
+/// A batch's records decoded into bronze's layout (good rows and bad records), not yet
+/// acted on: the bad ones are dead-lettered or stop the sink when the batch is written.
+struct Prepared {
+    decoded: records::Decoded,
+    /// Bytes of the records read.
+    bytes: u64,
+}
 
 /// The running sink.
 struct Writer {
     name: String,
     settings: BronzeSettings,
     feed: Feed,
-    registry: Option<SchemaRegistry>,
+    registry: Option<Arc<SchemaRegistry>>,
     /// Object-store options of both tables, resolved.
     storage: Storage,
     bronze: Option<DeltaTable>,
@@ -113,7 +122,7 @@ impl Writer {
     async fn start(sink: BronzeSink) -> Result<Self, BronzeError> {
         let settings = sink.settings;
         let registry = match &settings.encoding {
-            Encoding::Avro(registry) => Some(SchemaRegistry::new(registry).map_err(|e| BronzeError::Kafka(e.to_string()))?),
+            Encoding::Avro(registry) => Some(Arc::new(SchemaRegistry::new(registry).map_err(|e| BronzeError::Kafka(e.to_string()))?)),
             Encoding::Json => None,
         };
         let app_id = &settings.app_id;
@@ -233,13 +242,24 @@ impl Writer {
         Ok(Some((offset, group)))
     }
 
-    /// A group with its data records' read started in the background when it is written as a
-    /// group (a batch written on its own reads its records itself).
+    /// A group with the read and decoding of its data records started in the background
+    /// when it is written as a group (a batch written on its own reads its records itself).
     fn read_ahead(&self, offset: i64, group: Vec<ControlRecord>) -> Ahead {
         let reading = group::groupable(&group[0], self.written()).then(|| {
-            let ranges: Vec<Vec<PartitionRange>> = group.iter().filter(|c| c.rows > 0).map(|c| c.partitions.clone()).collect();
-            let (feed, started) = (self.feed.clone(), Instant::now());
-            tokio::spawn(async move { feed.read_group(ranges).await.map(|records| (records, started.elapsed())) })
+            let batches: Vec<ControlRecord> = group.iter().filter(|c| c.rows > 0).cloned().collect();
+            let (feed, registry, started) = (self.feed.clone(), self.registry.clone(), Instant::now());
+            tokio::spawn(async move {
+                let records = feed.read_group(batches.iter().map(|c| c.partitions.clone()).collect()).await?;
+                let read = started.elapsed();
+                let mut inputs = Vec::with_capacity(batches.len());
+                for (control, records) in batches.into_iter().zip(records) {
+                    let writers = writer_schemas(registry.as_deref(), &records).await?;
+                    inputs.push((control, records, writers));
+                }
+                let decode = move || inputs.iter().map(|(control, records, writers)| prepare(control, records, writers.as_ref())).collect();
+                let prepared = tokio::task::spawn_blocking(decode).await.map_err(|e| BronzeError::Kafka(format!("decoding a group's records failed: {e}")))?;
+                Ok((prepared, read))
+            })
         });
         Ahead { offset, group, reading }
     }
@@ -281,30 +301,31 @@ impl Writer {
             let [control] = next.group.as_slice() else { return Err(BronzeError::Kafka("a group of batches was formed without its read".into())) };
             return Ok(vec![self.batch(control).await?]);
         };
-        let (records, read) = reading.await.map_err(|e| BronzeError::Kafka(format!("the read of a group's records failed: {e}")))??;
+        let (prepared, read) = reading.await.map_err(|e| BronzeError::Kafka(format!("the read of a group's records failed: {e}")))??;
         if ahead.is_none()
             && let Some((offset, group)) = self.next_group(Duration::ZERO).await?
         {
             *ahead = Some(self.read_ahead(offset, group));
         }
-        Ok(self.coalesced(&next.group, records, read).await?.into_iter().map(Some).collect())
+        Ok(self.coalesced(&next.group, prepared, read).await?.into_iter().map(Some).collect())
     }
 
     /// Writes consecutive batches neither table holds yet ([`group`]), given their records
-    /// (one list per batch with rows, read in one pass in `read`): decoded batch by batch,
-    /// appended in one bronze commit with `txn(app_id, last id)`, then every batch's facts
-    /// rows in one commit with `txn(<app_id>#facts, last id)`.
-    async fn coalesced(&mut self, group: &[ControlRecord], records: Vec<Vec<records::DataRecord>>, read: Duration) -> Result<Vec<SinkMetrics>, BronzeError> {
+    /// decoded (one per batch with rows, read in one pass in `read`): bad records acted on
+    /// batch by batch, the rows appended in one bronze commit with `txn(app_id, last id)`,
+    /// then every batch's facts rows in one commit with `txn(<app_id>#facts, last id)`.
+    async fn coalesced(&mut self, group: &[ControlRecord], prepared: Vec<Prepared>, read: Duration) -> Result<Vec<SinkMetrics>, BronzeError> {
         let (Some(first), Some(last)) = (group.first(), group.last()) else { return Ok(Vec::new()) };
-        let read_ms = read.as_millis() as u64 / records.len().max(1) as u64;
-        let mut records = records.into_iter();
+        let read_ms = read.as_millis() as u64 / prepared.len().max(1) as u64;
+        let mut prepared = prepared.into_iter();
         let (mut sinks, mut batches) = (Vec::with_capacity(group.len()), Vec::new());
         for control in group {
             if control.rows == 0 {
                 sinks.push(SinkMetrics::default());
                 continue;
             }
-            let (mut sink, batch) = self.decode(control, records.next().unwrap_or_default()).await?;
+            let Some(batch) = prepared.next() else { return Err(BronzeError::Kafka(format!("batch {}: its records were not read", control.batch_id))) };
+            let (mut sink, batch) = self.take_good(batch).await?;
             sink.read_ms = read_ms;
             batches.extend(batch);
             sinks.push(sink);
@@ -385,24 +406,6 @@ impl Writer {
         Ok(())
     }
 
-    /// With Avro, the writer schema of every schema id among `records` that the registry
-    /// knows (a record naming an unknown id is bad, not a failure); `None` with JSON.
-    async fn writer_schemas(&self, records: &[records::DataRecord]) -> Result<Option<HashMap<u32, apache_avro::Schema>>, BronzeError> {
-        let Some(registry) = &self.registry else { return Ok(None) };
-        let ids: BTreeSet<u32> = records.iter().filter_map(|r| confluent_schema_id(&r.value)).collect();
-        let mut schemas = HashMap::with_capacity(ids.len());
-        for id in ids {
-            match registry.schema_by_id(id).await {
-                Ok(schema) => {
-                    schemas.insert(id, schema);
-                }
-                Err(mssql_cdc_core::log::registry::RegistryError::Refused { status: 404, .. }) => {}
-                Err(error) => return Err(BronzeError::Kafka(format!("schema registry: {error}"))),
-            }
-        }
-        Ok(Some(schemas))
-    }
-
     /// Reads, decodes and appends a batch's rows; returns what was measured.
     async fn append_data(&mut self, control: &ControlRecord) -> Result<SinkMetrics, BronzeError> {
         let started = Instant::now();
@@ -416,14 +419,17 @@ impl Writer {
         Ok(sink)
     }
 
-    /// Decodes a batch's records into bronze's layout; bad records stop the sink or go to the
-    /// dead-letter topic (acknowledged before this returns). `None` when no row is good.
+    /// Decodes a batch's records into bronze's layout ([`Writer::take_good`]).
     async fn decode(&mut self, control: &ControlRecord, records: Vec<records::DataRecord>) -> Result<(SinkMetrics, Option<arrow::array::RecordBatch>), BronzeError> {
-        let mut sink = SinkMetrics { bytes: records.iter().map(|r| r.value.len() as u64).sum(), ..Default::default() };
-        let writers = self.writer_schemas(&records).await?;
-        // Rows lie in the batch's range; a snapshot's all carry its LSN.
-        let (low, high) = control.row_lsn_range();
-        let decoded = records::decode(&control.schema, &records, writers.as_ref(), control.batch_id, &low.to_string(), &high.to_string());
+        let writers = writer_schemas(self.registry.as_deref(), &records).await?;
+        self.take_good(prepare(control, &records, writers.as_ref())).await
+    }
+
+    /// The good rows of a decoded batch; bad records stop the sink or go to the dead-letter
+    /// topic (acknowledged before this returns). `None` when no row is good.
+    async fn take_good(&mut self, prepared: Prepared) -> Result<(SinkMetrics, Option<arrow::array::RecordBatch>), BronzeError> {
+        let Prepared { decoded, bytes } = prepared;
+        let mut sink = SinkMetrics { bytes, ..Default::default() };
         for (record, reason) in &decoded.bad {
             match &self.settings.bad_records {
                 BadRecords::Stop => {
@@ -470,4 +476,30 @@ impl Writer {
         self.bronze_version = id;
         Ok(())
     }
+}
+
+/// Decodes a batch's records (JSON, or Avro with `writers`) into bronze's layout; rows must lie
+/// in the batch's range (a snapshot's all carry its LSN).
+fn prepare(control: &ControlRecord, records: &[records::DataRecord], writers: Option<&HashMap<u32, apache_avro::Schema>>) -> Prepared {
+    let (low, high) = control.row_lsn_range();
+    let decoded = records::decode(&control.schema, records, writers, control.batch_id, &low.to_string(), &high.to_string());
+    Prepared { decoded, bytes: records.iter().map(|r| r.value.len() as u64).sum() }
+}
+
+/// With Avro, the writer schema of every schema id among `records` that the registry
+/// knows (a record naming an unknown id is bad, not a failure); `None` with JSON.
+async fn writer_schemas(registry: Option<&SchemaRegistry>, records: &[records::DataRecord]) -> Result<Option<HashMap<u32, apache_avro::Schema>>, BronzeError> {
+    let Some(registry) = registry else { return Ok(None) };
+    let ids: BTreeSet<u32> = records.iter().filter_map(|r| confluent_schema_id(&r.value)).collect();
+    let mut schemas = HashMap::with_capacity(ids.len());
+    for id in ids {
+        match registry.schema_by_id(id).await {
+            Ok(schema) => {
+                schemas.insert(id, schema);
+            }
+            Err(mssql_cdc_core::log::registry::RegistryError::Refused { status: 404, .. }) => {}
+            Err(error) => return Err(BronzeError::Kafka(format!("schema registry: {error}"))),
+        }
+    }
+    Ok(Some(schemas))
 }
