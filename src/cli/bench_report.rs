@@ -11,7 +11,8 @@
 //!    producer; the same records decoded and written to one Parquet file; bronze's own
 //!    append time per batch.
 //! 3. **Steady**: with all three running, the workload commits `--rate` changes/s for
-//!    `--steady-seconds`; the silver control row is read every 100 ms, and each commit's
+//!    `--steady-seconds`, at each rate of the list in turn (1,000, 5,000 and 20,000 by
+//!    default: the latency curve); the silver control row is read every 100 ms, and each commit's
 //!    latency is the time from its `tran_end_time` to the first read whose `end_commit_ts`
 //!    covers it. Baseline: a record's produce-to-consume latency on the same broker.
 //!
@@ -49,10 +50,11 @@ pub struct ReportBench {
     /// Changes in the backlog the stages drain one after the other.
     #[arg(long, default_value_t = 100_000)]
     changes: u64,
-    /// Changes per second in the steady phase.
-    #[arg(long, default_value_t = 1000)]
-    rate: u64,
-    /// Seconds of the steady phase.
+    /// Changes per second in the steady phase: one rate, or several separated by commas,
+    /// measured one after the other (the latency curve).
+    #[arg(long, value_delimiter = ',', default_values_t = [1000, 5000, 20000])]
+    rate: Vec<u64>,
+    /// Seconds of the steady phase, at each rate.
     #[arg(long, default_value_t = 30)]
     steady_seconds: u64,
     /// The embedded broker's storage: `memory` (closest to a Kafka cluster's throughput) or
@@ -109,7 +111,11 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     let backlog_report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
     eprintln!("bench: backlog of {} changes", backlog_report.changes);
     let (mut stages, drained) = drain_backlog(&sim, &kafka, &files, &dir).await?;
-    let steady = steady_rate(&sim, &files, &mut stages, args.rate, args.steady_seconds).await?;
+    let mut steady = Vec::with_capacity(args.rate.len());
+    for rate in &args.rate {
+        eprintln!("bench: steady phase at {rate} changes/s");
+        steady.push(steady_rate(&sim, &files, &mut stages, *rate, args.steady_seconds).await?);
+    }
     let kafka_latencies = kafka_round_trips(&kafka, 200).await?;
     let peak: Vec<f64> = stages.iter().map(|p| p.rss_mb("VmHWM")).collect();
     for process in &mut stages {
@@ -117,11 +123,10 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     }
     services.stop().await;
     print_report(&args, &drained, &steady, &kafka_latencies, &peak, &idle_rss);
+    let workloads: Vec<String> = steady.iter().map(|s| format!("{} changes in {} transactions ({:.0} changes/s)", s.workload.changes, s.workload.transactions, s.workload.changes_per_second())).collect();
     println!(
-        "steady workload: {} changes in {} transactions ({:.0} changes/s); backlog workload {} changes; broker storage {}; machine: {} cores",
-        steady.workload.changes,
-        steady.workload.transactions,
-        steady.workload.changes_per_second(),
+        "steady workloads: {}; backlog workload {} changes; broker storage {}; machine: {} cores",
+        workloads.join(", "),
         backlog_report.changes,
         args.broker_storage,
         std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -298,7 +303,7 @@ async fn steady_rate(sim: &Simulator, files: &Files, stages: &mut [StageProcess]
 }
 
 /// The report: one Markdown table.
-fn print_report(args: &ReportBench, drained: &Drained, steady: &Steady, kafka_latencies: &[f64], peak: &[f64], idle_rss: &[f64]) {
+fn print_report(args: &ReportBench, drained: &Drained, steady: &[Steady], kafka_latencies: &[f64], peak: &[f64], idle_rss: &[f64]) {
     let silver_metrics = &drained.silver_metrics;
     let silver_batches = sum(silver_metrics, m::SILVER_BATCHES_TOTAL).unwrap_or(0.0);
     let silver_apply_sum = sum(silver_metrics, &format!("{}_sum", m::SILVER_APPLY_DURATION_SECONDS)).unwrap_or(0.0);
@@ -332,17 +337,19 @@ fn print_report(args: &ReportBench, drained: &Drained, steady: &Steady, kafka_la
         per(silver_apply_sum, silver_steps),
         bronze_commit * 1000.0
     );
-    println!(
-        "| end to end at {} changes/s for {} s: commit → visible in silver ({} commits{}) | p50 {:.0} ms, p99 {:.0} ms | Kafka produce → consume, same broker: p50 {:.0} ms, p99 {:.0} ms |",
-        args.rate,
-        args.steady_seconds,
-        steady.latencies.len(),
-        if steady.unseen > 0 { format!(", {} not seen", steady.unseen) } else { String::new() },
-        percentile(&steady.latencies, 0.50),
-        percentile(&steady.latencies, 0.99),
-        percentile(kafka_latencies, 0.50),
-        percentile(kafka_latencies, 0.99)
-    );
+    for (rate, steady) in args.rate.iter().zip(steady) {
+        println!(
+            "| end to end at {rate} changes/s ({:.0} made) for {} s: commit → visible in silver ({} commits{}) | p50 {:.0} ms, p99 {:.0} ms | Kafka produce → consume, same broker: p50 {:.0} ms, p99 {:.0} ms |",
+            steady.workload.changes_per_second(),
+            args.steady_seconds,
+            steady.latencies.len(),
+            if steady.unseen > 0 { format!(", {} not seen", steady.unseen) } else { String::new() },
+            percentile(&steady.latencies, 0.50),
+            percentile(&steady.latencies, 0.99),
+            percentile(kafka_latencies, 0.50),
+            percentile(kafka_latencies, 0.99)
+        );
+    }
     println!(
         "| peak RSS per stage process: source / bronze / silver | {:.0} / {:.0} / {:.0} MB | idle, same processes: {:.0} / {:.0} / {:.0} MB |",
         peak[0], peak[1], peak[2], idle_rss[0], idle_rss[1], idle_rss[2]

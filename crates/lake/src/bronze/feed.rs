@@ -265,27 +265,31 @@ impl Clients {
             return Ok(out);
         }
         self.data.assign(&list).map_err(kafka)?;
-        let mut done: BTreeMap<i32, bool> = wanted.keys().map(|p| (*p, false)).collect();
+        // A partition is done when every record its ranges name is in. Its end is not judged
+        // by the offsets seen: right after `assign`, a record the consumer had fetched for an
+        // earlier read may still arrive, past the new ranges, before their own records do.
+        let mut pending: BTreeMap<i32, u64> = BTreeMap::new();
+        for range in ranges.iter().filter(|r| r.records > 0) {
+            *pending.entry(range.partition).or_default() += range.records;
+        }
         let mut last_progress = Instant::now();
-        while done.values().any(|d| !d) {
+        while pending.values().any(|left| *left > 0) {
             match self.data.poll(Duration::from_millis(200)) {
                 None | Some(Err(KafkaError::PartitionEOF(_))) => {}
                 Some(Err(error)) => return Err(kafka(error)),
                 Some(Ok(message)) => {
                     let (partition, offset) = (message.partition(), message.offset());
-                    if let Some(spans) = wanted.get(&partition) {
-                        if spans.iter().any(|(first, last)| offset >= *first && offset <= *last) {
-                            out.insert((partition, offset), DataRecord { partition, offset, value: message.payload().unwrap_or_default().to_vec() });
-                            last_progress = Instant::now();
+                    let inside = wanted.get(&partition).is_some_and(|spans| spans.iter().any(|(first, last)| offset >= *first && offset <= *last));
+                    if inside && out.insert((partition, offset), DataRecord { partition, offset, value: message.payload().unwrap_or_default().to_vec() }).is_none() {
+                        if let Some(left) = pending.get_mut(&partition) {
+                            *left = left.saturating_sub(1);
                         }
-                        if spans.iter().all(|(_, last)| offset >= *last) {
-                            done.insert(partition, true);
-                        }
+                        last_progress = Instant::now();
                     }
                 }
             }
             if last_progress.elapsed() > RANGE_TIMEOUT {
-                let missing: Vec<String> = done.iter().filter(|(_, d)| !**d).map(|(p, _)| format!("{}/{} {:?}", self.data_topic, p, wanted[p])).collect();
+                let missing: Vec<String> = pending.iter().filter(|(_, left)| **left > 0).map(|(p, left)| format!("{}/{} {:?} ({left} records not found)", self.data_topic, p, wanted[p])).collect();
                 return Err(BronzeError::MissingRecords { detail: missing.join(", ") });
             }
         }
