@@ -115,7 +115,16 @@ except Exception as e:
 if mode == "full":
     try:
         cols = ["order_id", "customer_id", "status", "amount", "currency", "note", "is_priority"]
-        rows = DeltaTable(silver).to_pyarrow_table(columns=cols).to_pylist()
+        table = DeltaTable(silver)
+        if "deletionVectors" in (table.protocol().reader_features or []):
+            # pyarrow's dataset cannot apply deletion vectors; deltalake's own engine does.
+            from deltalake import QueryBuilder
+            out["silver_reader"] = "deletion vectors"
+            import pyarrow
+            rows = pyarrow.table(QueryBuilder().register("silver", table).execute("SELECT %s FROM silver" % ", ".join(cols)).read_all()).to_pylist()
+        else:
+            out["silver_reader"] = "pyarrow"
+            rows = table.to_pyarrow_table(columns=cols).to_pylist()
         # amount as integer cents: exact, whatever the Decimal's exponent.
         out["rows"] = [[r["order_id"], r["customer_id"], r["status"],
                         None if r["amount"] is None else int(decimal.Decimal(str(r["amount"])).scaleb(2)),
@@ -155,6 +164,9 @@ pub(crate) struct Observed {
     pub(crate) finalized_until: Option<DateTime<Utc>>,
     /// Silver's rows (`full` only; `None` when unreadable).
     pub(crate) rows: Option<Vec<Order>>,
+    /// How silver was read (`full` only): `pyarrow`, or `deletion vectors` (deltalake's
+    /// engine, for a table with the `deletionVectors` feature).
+    pub(crate) silver_reader: Option<String>,
 }
 
 /// The tables [`READ`] reads, and their storage options (JSON).
@@ -193,6 +205,7 @@ pub(crate) fn observe(tables: &Tables, full: bool) -> Observed {
             .first()
             .and_then(|c| c["finalized_until"].as_str())
             .map(|t| DateTime::parse_from_rfc3339(t).unwrap_or_else(|e| panic!("finalized_until {t}: {e}")).with_timezone(&Utc)),
+        silver_reader: value["silver_reader"].as_str().map(str::to_owned),
         rows: value["rows"].as_array().map(|rows| {
             rows.iter()
                 .map(|r| {
@@ -396,6 +409,8 @@ pub(crate) struct Setup {
     pub(crate) preloaded: u64,
     /// Extra source connector lines (`bootstrap = true`, ...).
     pub(crate) source_extra: &'static str,
+    /// Extra silver connector lines (`deletion_vectors = true`).
+    pub(crate) silver_extra: &'static str,
     /// Run the compose stack's own files (`compose/worker.toml`, `compose/connectors/`)
     /// with this schema registry URL, instead of the suites' generated ones.
     pub(crate) compose: Option<String>,
@@ -403,7 +418,7 @@ pub(crate) struct Setup {
 
 impl Default for Setup {
     fn default() -> Self {
-        Self { start: Start::SourceFirst, worker_extra: "", s3: false, preloaded: 0, source_extra: "", compose: None }
+        Self { start: Start::SourceFirst, worker_extra: "", s3: false, preloaded: 0, source_extra: "", silver_extra: "", compose: None }
     }
 }
 
@@ -517,7 +532,7 @@ impl Pipeline {
                 let sinks = sink_worker(dir.path(), &broker);
                 std::fs::write(&sinks, format!("{}{}", std::fs::read_to_string(&sinks).unwrap(), setup.worker_extra)).unwrap();
                 let bronze = bronze_file_in(dir.path(), &lake, "orders", &topic, BRONZE_APP, "");
-                let silver = silver_file_in(dir.path(), &lake, 20);
+                let silver = silver_file_in(dir.path(), &lake, 20, setup.silver_extra);
                 Files { source_worker: worker, source: connector, sink_worker: sinks, bronze, silver, tables: Tables::of(&lake), env: Vec::new() }
             }
         };
@@ -732,6 +747,27 @@ async fn the_whole_pipeline_as_processes_matches_the_simulator() {
     let unexported: Vec<String> =
         crate::deploy::monitored_metrics().into_iter().filter(|name| sum(&pipeline.scraped, name).or_else(|| sum(&pipeline.scraped, &format!("{name}_count"))).is_none()).collect();
     assert!(unexported.is_empty(), "the dashboard or the alert rules name metrics no stage exports: {unexported:?}");
+}
+
+/// The same with `deletion_vectors = true` on silver: rows replaced and deleted by marks in
+/// deletion vectors, not by rewriting files; silver (read through its deletion vectors by
+/// deltalake's engine) equals the source table, and the vectors were written.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pipeline_with_deletion_vectors_in_silver_matches_the_simulator() {
+    let mut pipeline = Pipeline::start(Setup { silver_extra: "deletion_vectors = true", ..Setup::default() });
+    let workload = pipeline.workload(3000, 300, 2);
+    let (found, _) = pipeline.catch_up_and_check(workload, Duration::from_secs(120)).await;
+    assert_eq!(found.silver_reader.as_deref(), Some("deletion vectors"), "silver has the deletionVectors feature");
+    assert_deletion_vectors_written(&pipeline.tables.silver);
+    for stage in &pipeline.stages {
+        assert_quiet(stage);
+    }
+}
+
+/// Some `deletion_vector_*.bin` file is in the (local) silver table's folder.
+fn assert_deletion_vectors_written(silver: &str) {
+    let files: Vec<String> = std::fs::read_dir(silver).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(files.iter().any(|f| f.starts_with("deletion_vector_") && f.ends_with(".bin")), "no deletion vector file in {silver}: {files:?}");
 }
 
 /// Bootstrap: a table holding rows from before CDC was enabled, changed by a workload while
@@ -1081,6 +1117,16 @@ async fn the_pipeline_survives_sigkills_of_every_stage() {
     let kills = env_u64("MSSQL_CDC_CHAOS_KILLS", 24);
     let changes = env_u64("MSSQL_CDC_CHAOS_CHANGES", 6000);
     chaos(Setup::default(), kills, changes, 5).await;
+}
+
+/// The chaos run with `deletion_vectors = true` on silver (`MSSQL_CDC_CHAOS_DV_KILLS`,
+/// default 12): kills between a deletion vector file's write and its commit leave silver
+/// equal to the source table.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pipeline_with_deletion_vectors_survives_sigkills_of_every_stage() {
+    let kills = env_u64("MSSQL_CDC_CHAOS_DV_KILLS", 12);
+    let (found, _) = chaos(Setup { silver_extra: "deletion_vectors = true", ..Setup::default() }, kills, 3000, 3).await;
+    assert_eq!(found.silver_reader.as_deref(), Some("deletion vectors"));
 }
 
 /// Chaos during a bootstrap: the table holds rows from before CDC (20,000 here,

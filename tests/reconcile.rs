@@ -54,7 +54,7 @@ impl Feed {
         std::fs::write(&source, text).unwrap();
         let sinks = sink_worker(dir.path(), &broker);
         let bronze = bronze_file(dir.path(), "orders", &topic, "orders-bronze-v1", "");
-        let silver = silver_file(dir.path(), 20);
+        let silver = silver_file(dir.path(), 20, "");
         let first = spawn_stage(&worker, &source, &[]);
         mssql_cdc_testkit::kafka::wait_for_topic(&broker.kafka(), &format!("{topic}.control"), Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}:\n{}", first.logs()));
         let stages = vec![first, spawn_stage(&sinks, &bronze, &[]), spawn_stage(&sinks, &silver, &[])];

@@ -30,7 +30,14 @@ except Exception as e:
 # Silver after control: the stage commits silver before the control row, so the position read
 # first is in the silver read that follows.
 try:
-    rows = DeltaTable(silver).to_pyarrow_table(columns=["order_id", "customer_id", "status"]).to_pylist()
+    table = DeltaTable(silver)
+    if "deletionVectors" in (table.protocol().reader_features or []):
+        from deltalake import QueryBuilder
+        out["deletion_vectors"] = True
+        import pyarrow
+        rows = pyarrow.table(QueryBuilder().register("silver", table).execute("SELECT order_id, customer_id, status FROM silver").read_all()).to_pylist()
+    else:
+        rows = table.to_pyarrow_table(columns=["order_id", "customer_id", "status"]).to_pylist()
     out["rows"] = sorted([r["order_id"], r["customer_id"], r["status"]] for r in rows)
 except Exception as e:
     out["rows"] = None
@@ -42,6 +49,8 @@ os._exit(0)
 
 struct Read {
     rows: Option<Vec<(i64, i64, String)>>,
+    /// Whether silver has the `deletionVectors` feature (read by deltalake's engine then).
+    deletion_vectors: bool,
     applied_batch: i64,
     finalized_until: Option<DateTime<Utc>>,
     end_commit_ts: Option<DateTime<Utc>>,
@@ -56,6 +65,7 @@ fn read(dir: &Path) -> Read {
     let ts = |k: &str| control.first().and_then(|c| c[k].as_str()).map(|t| DateTime::parse_from_rfc3339(t).unwrap().with_timezone(&Utc));
     Read {
         rows,
+        deletion_vectors: value["deletion_vectors"].as_bool().unwrap_or(false),
         applied_batch: control.first().and_then(|c| c["applied_batch"].as_i64()).unwrap_or(-1),
         finalized_until: ts("finalized_until"),
         end_commit_ts: ts("end_commit_ts"),
@@ -77,6 +87,18 @@ async fn orders(sim: &SimServer) -> Vec<(i64, i64, String)> {
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "fault-injection"), ignore = "its fault point needs a build with --features fault-injection (scripts/test.sh)")]
 async fn silver_equals_the_source_table_under_kills() {
+    silver_under_kills("").await;
+}
+
+/// The same with `deletion_vectors = true`: the abort between the silver commit and the
+/// control commit, and the kills, land on MERGEs by deletion vectors.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "fault-injection"), ignore = "its fault point needs a build with --features fault-injection (scripts/test.sh)")]
+async fn silver_by_deletion_vectors_equals_the_source_table_under_kills() {
+    silver_under_kills("deletion_vectors = true").await;
+}
+
+async fn silver_under_kills(extra: &str) {
     let broker = TestBroker::start().unwrap();
     let sim = SimServer::start(&[]).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -85,7 +107,7 @@ async fn silver_equals_the_source_table_under_kills() {
     let mut source = spawn_stage(&dir.path().join("worker.toml"), &dir.path().join("source.toml"), &[]);
     let worker = sink_worker(dir.path(), &broker);
     let bronze = spawn_stage(&worker, &bronze_file(dir.path(), "orders", &topic, "orders-bronze-v1", ""), &[]);
-    let connector = silver_file(dir.path(), 4);
+    let connector = silver_file(dir.path(), 4, extra);
 
     // A deterministic crash between a silver commit and its control commit.
     let mut crashing = spawn_stage(&worker, &connector, &[("MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_COMMIT", "5")]);
@@ -127,6 +149,7 @@ async fn silver_equals_the_source_table_under_kills() {
     let expected = orders(&sim).await;
     assert!(!expected.is_empty());
     assert_eq!(found.rows.as_deref(), Some(&expected[..]), "silver equals dbo.orders");
+    assert_eq!(found.deletion_vectors, !extra.is_empty(), "silver's deletionVectors feature as configured");
     assert!(found.finalized_until >= previous.finalized_until);
     drop(silver);
 

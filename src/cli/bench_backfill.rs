@@ -126,7 +126,7 @@ pub async fn run(args: BackfillBench) -> anyhow::Result<ExitCode> {
 async fn one_mode(sim: &mssql_cdc_sim::Simulator, mode: &str, options: &str, dir: &std::path::Path) -> anyhow::Result<Measured> {
     let services = Services::start(BrokerStorage::Memory, "mssql-cdc-bench", sim).await?;
     let kafka = KafkaConfig { bootstrap_servers: services.broker_address.to_string(), ..KafkaConfig::default() };
-    let files = Files::write(dir, &services.broker_address.to_string(), services.sim_address, options)?;
+    let files = Files::write(dir, &services.broker_address.to_string(), services.sim_address, options, "")?;
     let (mut source, seconds) = drain(&files, &files.source, dir, &kafka, Until::SnapshotComplete).await?;
     let cluster = kafka.clone();
     let records = super::bench::off_runtime(move || controls(&cluster, TOPIC)).await?;

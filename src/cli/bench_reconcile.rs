@@ -48,7 +48,7 @@ pub async fn run(args: ReconcileBench) -> anyhow::Result<ExitCode> {
     let (sim, _jobs) = preloaded_orders(args.rows).await?;
     let services = Services::start(BrokerStorage::Memory, "mssql-cdc-bench", &sim).await?;
     let kafka = KafkaConfig { bootstrap_servers: services.broker_address.to_string(), ..KafkaConfig::default() };
-    let files = Files::write(&dir, &services.broker_address.to_string(), services.sim_address, "bootstrap = true\nsnapshot_fetch_rows = 50000")?;
+    let files = Files::write(&dir, &services.broker_address.to_string(), services.sim_address, "bootstrap = true\nsnapshot_fetch_rows = 50000", "")?;
     let (_, _, fed, _, _) = snapshot_into_bronze(&files, &dir, &kafka, args.rows).await?;
     let url = table_url(&files.silver_table)?.to_string();
     let until = Until::Applied { control: &files.control_table, url: &url, batch: fed.batches as i64 - 1 };

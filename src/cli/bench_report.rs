@@ -64,6 +64,9 @@ pub struct ReportBench {
     /// Working directory (tables, broker storage, stage logs); cleared first.
     #[arg(long, default_value = "./bench-data/report")]
     dir: PathBuf,
+    /// Run silver with `deletion_vectors = true` (rows replaced by marks, not file rewrites).
+    #[arg(long)]
+    silver_deletion_vectors: bool,
 }
 
 impl ReportBench {
@@ -101,7 +104,8 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     let services = Services::start(storage, "mssql-cdc-bench", &sim).await?;
     let (sim_address, broker_address) = (services.sim_address, services.broker_address);
     let kafka = KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() };
-    let files = Files::write(&dir, &broker_address.to_string(), sim_address, "max_commits_per_batch = 1000")?;
+    let silver_extra = if args.silver_deletion_vectors { "deletion_vectors = true" } else { "" };
+    let files = Files::write(&dir, &broker_address.to_string(), sim_address, "max_commits_per_batch = 1000", silver_extra)?;
     eprintln!("bench: simulator on {sim_address}, broker on {broker_address}, files in {}", dir.display());
 
     // The stages start on the empty table, then the backlog is made while none runs.
@@ -125,10 +129,11 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     print_report(&args, &drained, &steady, &kafka_latencies, &peak, &idle_rss);
     let workloads: Vec<String> = steady.iter().map(|s| format!("{} changes in {} transactions ({:.0} changes/s)", s.workload.changes, s.workload.transactions, s.workload.changes_per_second())).collect();
     println!(
-        "steady workloads: {}; backlog workload {} changes; broker storage {}; machine: {} cores",
+        "steady workloads: {}; backlog workload {} changes; broker storage {}; silver {}; machine: {} cores",
         workloads.join(", "),
         backlog_report.changes,
         args.broker_storage,
+        if args.silver_deletion_vectors { "by deletion vectors" } else { "copy-on-write" },
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     Ok(ExitCode::SUCCESS)
@@ -370,14 +375,14 @@ pub(super) struct Files {
 }
 
 impl Files {
-    /// Writes them under `dir`, the source with `source_extra` lines.
-    pub(super) fn write(dir: &Path, bootstrap: &str, sim: SocketAddr, source_extra: &str) -> anyhow::Result<Self> {
+    /// Writes them under `dir`, the source with `source_extra` lines, silver with `silver_extra`.
+    pub(super) fn write(dir: &Path, bootstrap: &str, sim: SocketAddr, source_extra: &str, silver_extra: &str) -> anyhow::Result<Self> {
         let lake = Lake::local(&dir.join("lake"));
         Ok(Self {
             worker: write_file(dir, "worker.toml", &worker_toml(bootstrap, ""))?,
             source: write_file(dir, "source.toml", &source_toml("bench-source", sim.port(), "bench", source_extra))?,
             bronze: write_file(dir, "bronze.toml", &bronze_toml("bench", TOPIC, BRONZE_APP, &lake, ""))?,
-            silver: write_file(dir, "silver.toml", &silver_toml("bench-silver", "bench-bronze", "bench-silver", &lake, ""))?,
+            silver: write_file(dir, "silver.toml", &silver_toml("bench-silver", "bench-bronze", "bench-silver", &lake, silver_extra))?,
             facts_table: lake.table("facts"),
             silver_table: lake.table("silver"),
             control_table: lake.table("control"),

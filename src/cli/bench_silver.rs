@@ -131,6 +131,27 @@ async fn merge(location: &str, batch: &RecordBatch, ranges: bool) -> anyhow::Res
     Ok((started.elapsed().as_secs_f64(), metrics.num_target_files_scanned, metrics.num_target_files_removed))
 }
 
+/// The MERGE by deletion vectors (silver's `deletion_vectors = true`) on its own copy; the
+/// table feature is turned on before the clock starts. Returns (seconds, files scanned, files
+/// given a deletion vector).
+async fn merge_by_marks(location: &str, batch: &RecordBatch) -> anyhow::Result<(f64, u64, u64)> {
+    let t = table::open(location, &Storage::new()).await?.ok_or_else(|| anyhow::anyhow!("no bench table at {location}"))?;
+    let t = mssql_cdc_lake::silver::mark::enable(t, location).await?;
+    let started = Instant::now();
+    let keys = vec!["order_id".to_owned()];
+    let columns: Vec<usize> = (0..schema().fields().len()).collect();
+    let upserts = |rows: &RecordBatch| rows.project(&columns).map_err(|e| mssql_cdc_lake::silver::SilverError::Fold(e.to_string()));
+    let (_, marked) = mssql_cdc_lake::silver::mark::merge(t, batch, &keys, upserts, Default::default(), location).await?;
+    Ok((started.elapsed().as_secs_f64(), marked.files_scanned, marked.files_marked))
+}
+
+/// Rows in the table at `location`.
+async fn count(location: &str) -> anyhow::Result<i64> {
+    let t = table::open(location, &Storage::new()).await?.ok_or_else(|| anyhow::anyhow!("no bench table at {location}"))?;
+    let batches = mssql_cdc_lake::delta::query::query(&[("t", &t)], "SELECT COUNT(*) FROM t").await?;
+    Ok(batches.first().and_then(|b| b.column(0).as_any().downcast_ref::<Int64Array>().map(|c| c.value(0))).unwrap_or(0))
+}
+
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
@@ -152,7 +173,7 @@ pub async fn run(args: SilverBench) -> anyhow::Result<ExitCode> {
         "uniform" => 0,
         other => anyhow::bail!("--keys `{other}`: expected recent, hot or uniform"),
     };
-    println!("silver rows | batch | keys | ours: s, files scanned/rewritten | plain MERGE: s, files scanned/rewritten | peak RSS MB");
+    println!("silver rows | batch | keys | ours: s, files scanned/rewritten | deletion vectors: s, files scanned/marked | plain MERGE: s, files scanned/rewritten | peak RSS MB");
     for &n in &args.silver_rows {
         let base = args.dir.join(format!("base-{n}"));
         let _ = std::fs::remove_dir_all(&base);
@@ -162,16 +183,20 @@ pub async fn run(args: SilverBench) -> anyhow::Result<ExitCode> {
         for &m in &args.batch_changes {
             let mut rng = StdRng::seed_from_u64(n ^ m);
             let batch = folded(n, m, hot, &mut rng);
-            let (a, b) = (args.dir.join("ours"), args.dir.join("plain"));
-            for copy in [&a, &b] {
+            let (a, b, c) = (args.dir.join("ours"), args.dir.join("plain"), args.dir.join("marks"));
+            for copy in [&a, &b, &c] {
                 let _ = std::fs::remove_dir_all(copy);
                 copy_dir(&base, copy)?;
             }
             let ours = merge(&a.display().to_string(), &batch, true).await?;
             let plain = merge(&b.display().to_string(), &batch, false).await?;
+            let marks = merge_by_marks(&c.display().to_string(), &batch).await?;
+            // The two ways end with the same table.
+            let (rows_plain, rows_marks) = (count(&b.display().to_string()).await?, count(&c.display().to_string()).await?);
+            anyhow::ensure!(rows_plain == rows_marks, "the MERGE by deletion vectors left {rows_marks} rows, the plain MERGE {rows_plain}");
             println!(
-                "{n} | {m} | {} | {:.2} s, {}/{} | {:.2} s, {}/{} | {:.0}",
-                args.keys, ours.0, ours.1, ours.2, plain.0, plain.1, plain.2, super::bench::peak_rss_mb()
+                "{n} | {m} | {} | {:.2} s, {}/{} | {:.2} s, {}/{} | {:.2} s, {}/{} | {:.0}",
+                args.keys, ours.0, ours.1, ours.2, marks.0, marks.1, marks.2, plain.0, plain.1, plain.2, super::bench::peak_rss_mb()
             );
         }
         let _ = std::fs::remove_dir_all(&base);

@@ -133,7 +133,7 @@ async fn one_size(rows: u64, fetch_rows: u64, dir: &std::path::Path) -> anyhow::
 
     let (bare_rows, bare_secs) = super::bench::bare_read(services.sim_address, "SELECT * FROM dbo.orders ORDER BY order_id").await?;
     eprintln!("bench: bare TDS read of {bare_rows} rows in {bare_secs:.1} s");
-    let files = Files::write(dir, &services.broker_address.to_string(), services.sim_address, &format!("bootstrap = true\nsnapshot_fetch_rows = {fetch_rows}"))?;
+    let files = Files::write(dir, &services.broker_address.to_string(), services.sim_address, &format!("bootstrap = true\nsnapshot_fetch_rows = {fetch_rows}"), "")?;
     let (source_secs, source_peak_mb, fed, bronze_secs, bronze_peak_mb) = snapshot_into_bronze(&files, dir, &kafka, rows).await?;
     services.stop().await;
     Ok(Measured { rows, bare_secs, bare_rows, source_secs, bytes: fed.bytes, batches: fed.batches, source_peak_mb, bronze_secs, bronze_peak_mb })

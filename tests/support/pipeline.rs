@@ -59,13 +59,13 @@ pub fn bronze_file_in(dir: &Path, lake: &Lake, name: &str, topic: &str, app_id: 
 
 /// A silver connector file over `bronze_file(dir, "orders", ..)`'s tables, with its control
 /// table in `dir/control` and silver in `dir/silver`.
-pub fn silver_file(dir: &Path, max_batches_per_apply: u64) -> PathBuf {
-    silver_file_in(dir, &Lake::local(dir), max_batches_per_apply)
+pub fn silver_file(dir: &Path, max_batches_per_apply: u64, extra: &str) -> PathBuf {
+    silver_file_in(dir, &Lake::local(dir), max_batches_per_apply, extra)
 }
 
-/// The silver connector file of [`silver_file`], its tables in `lake`.
-pub fn silver_file_in(dir: &Path, lake: &Lake, max_batches_per_apply: u64) -> PathBuf {
-    let extra = format!("max_batches_per_apply = {max_batches_per_apply}");
+/// The silver connector file of [`silver_file`], its tables in `lake`, with `extra` lines.
+pub fn silver_file_in(dir: &Path, lake: &Lake, max_batches_per_apply: u64, extra: &str) -> PathBuf {
+    let extra = format!("max_batches_per_apply = {max_batches_per_apply}\n{extra}");
     write_file(dir, "silver.toml", &silver_toml("orders-silver", "orders-bronze", "orders-silver-v1", lake, &extra))
 }
 

@@ -2,6 +2,7 @@
 //! ([`location`], [`storage`]), and appends made idempotent by `txn` actions ([`table`]).
 
 pub mod copy;
+pub mod deletion_vector;
 pub mod error;
 pub mod location;
 pub mod query;

@@ -84,6 +84,8 @@ pub struct Applier {
     row: ControlRow,
     /// Most batches one step takes.
     max_batches: i64,
+    /// Replace and delete rows by deletion vectors ([`super::mark`]).
+    deletion_vectors: bool,
     /// Whether the "facts name another bronze table" warning was given.
     warned_other_target: std::sync::atomic::AtomicBool,
     /// The connector applying (metrics and logs); `apply` for the one-shot command.
@@ -128,6 +130,7 @@ impl Applier {
             silver_batch,
             row,
             max_batches: options.max_batches_per_apply,
+            deletion_vectors: options.deletion_vectors,
             warned_other_target: std::sync::atomic::AtomicBool::new(false),
             connector: "apply".to_owned(),
         })
@@ -267,6 +270,7 @@ impl Applier {
             return Ok(());
         };
         let table = match self.silver.take() {
+            Some(table) if self.deletion_vectors => self.mark(table, folded, &keys, properties, report).await?,
             Some(table) => self.merge(table, folded, &keys, properties, report).await?,
             None => self.create(folded, &keys, properties, report).await?,
         };
@@ -314,6 +318,19 @@ impl Applier {
             .await
             .map_err(|e| SilverError::delta_at(&self.silver_location, e))?;
         report.files_added = 1;
+        Ok(table)
+    }
+
+    /// The MERGE by deletion vectors ([`super::mark`]), the table feature turned on first.
+    async fn mark(&self, table: DeltaTable, folded: RecordBatch, keys: &[String], properties: CommitProperties, report: &mut StepReport) -> Result<DeltaTable, SilverError> {
+        let table = evolve::evolve_for(table, &silver_schema(&folded.schema()), []).await?;
+        let table = super::mark::enable(table, &self.silver_location).await?;
+        let folded = sorted(&folded, keys)?;
+        let (table, marked) = super::mark::merge(table, &folded, keys, project_to_silver, properties, &self.silver_location).await?;
+        report.inserted = marked.inserted;
+        report.updated = marked.updated;
+        report.deleted = marked.deleted;
+        report.files_added = marked.files_added;
         Ok(table)
     }
 
@@ -420,9 +437,15 @@ fn upserts_sorted(folded: &RecordBatch, keys: &[String]) -> Result<RecordBatch, 
     let deletes = folded.column_by_name(DELETE).expect("fold has _delete").as_any().downcast_ref::<arrow::array::BooleanArray>().expect("_delete is boolean").clone();
     let keep = arrow::compute::not(&deletes).map_err(|e| SilverError::Fold(e.to_string()))?;
     let kept = arrow::compute::filter_record_batch(&folded, &keep).map_err(|e| SilverError::Fold(e.to_string()))?;
-    let schema = silver_schema(&kept.schema());
-    let indices: Vec<usize> = schema.fields().iter().map(|f| kept.schema().index_of(f.name()).expect("silver column in fold")).collect();
-    kept.project(&indices).map_err(|e| SilverError::Fold(e.to_string()))
+    project_to_silver(&kept)
+}
+
+/// Fold rows (upserts) with silver's columns only.
+#[allow(clippy::expect_used)] // invariant: the fold's output carries every silver column
+fn project_to_silver(rows: &RecordBatch) -> Result<RecordBatch, SilverError> {
+    let schema = silver_schema(&rows.schema());
+    let indices: Vec<usize> = schema.fields().iter().map(|f| rows.schema().index_of(f.name()).expect("silver column in fold")).collect();
+    rows.project(&indices).map_err(|e| SilverError::Fold(e.to_string()))
 }
 
 /// `batch` without its fields' metadata: bronze's column comments come along with a read, and

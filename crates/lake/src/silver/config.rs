@@ -33,6 +33,11 @@ pub struct SilverOptions {
     pub max_batches_per_apply: u64,
     /// How long to wait when bronze has nothing new, milliseconds. Default 1000.
     pub poll_interval_ms: u64,
+    /// How a batch replaces and deletes silver rows: `false` (default) rewrites the files that
+    /// hold them (copy-on-write: any Delta reader); `true` marks them in deletion vectors and
+    /// appends the new images (cost follows the batch, not the files it touches; readers need
+    /// Delta reader version 3 with `deletionVectors`). Turning it on upgrades silver's protocol.
+    pub deletion_vectors: bool,
     /// Object-store settings for all four tables (as `delta-bronze`'s `[storage_options]`).
     pub storage_options: StorageOptions,
 }
@@ -49,6 +54,7 @@ impl Default for SilverOptions {
             granularity: Granularity::default(),
             max_batches_per_apply: 100,
             poll_interval_ms: 1000,
+            deletion_vectors: false,
             storage_options: StorageOptions::default(),
         }
     }
@@ -88,6 +94,8 @@ pub struct SilverSettings {
     pub max_batches_per_apply: i64,
     /// How long to wait when bronze has nothing new.
     pub poll_interval: Duration,
+    /// Replace and delete silver rows by deletion vectors instead of rewriting their files.
+    pub deletion_vectors: bool,
     /// Object-store settings of the four tables.
     pub storage_options: StorageOptions,
 }
@@ -132,6 +140,7 @@ impl ConnectorKind for SilverOptions {
             granularity: self.granularity,
             max_batches_per_apply: i64::try_from(self.max_batches_per_apply).ok()?,
             poll_interval: Duration::from_millis(self.poll_interval_ms),
+            deletion_vectors: self.deletion_vectors,
             storage_options: self.storage_options,
         })
     }

@@ -36,6 +36,14 @@ pub enum SilverError {
     /// A `storage_options` value could not be read.
     #[error("storage_options: {0}")]
     Storage(#[from] mssql_cdc_core::config::secret::SecretError),
+    /// A deletion vector of silver could not be read or written.
+    #[error("silver table `{table}`: {reason}")]
+    DeletionVector {
+        /// The silver table.
+        table: String,
+        /// What was wrong.
+        reason: String,
+    },
     /// The facts table does not hold what its contract says.
     #[error(transparent)]
     Facts(#[from] crate::facts::FactsError),
@@ -58,7 +66,7 @@ impl Retriable for SilverError {
         match self {
             Self::Delta(error) => error.transient,
             Self::NoFacts { .. } => true,
-            Self::NoBronze { .. } | Self::NoKeys { .. } | Self::Fold(_) | Self::Storage(_) | Self::Facts(_) => false,
+            Self::NoBronze { .. } | Self::NoKeys { .. } | Self::Fold(_) | Self::DeletionVector { .. } | Self::Storage(_) | Self::Facts(_) => false,
         }
     }
 }

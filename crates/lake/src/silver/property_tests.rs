@@ -197,7 +197,7 @@ async fn read_silver(location: &str) -> BTreeMap<i64, i64> {
     state
 }
 
-fn options(dir: &std::path::Path, app_id: &str, control: &str, max_batches: u64) -> SilverSettings {
+fn options(dir: &std::path::Path, app_id: &str, control: &str, max_batches: u64, deletion_vectors: bool) -> SilverSettings {
     let options = SilverOptions {
         bronze: Some(dir.join("bronze").display().to_string()),
         target: Some(dir.join("silver").display().to_string()),
@@ -207,6 +207,7 @@ fn options(dir: &std::path::Path, app_id: &str, control: &str, max_batches: u64)
         facts_table: Some(dir.join("facts").display().to_string()),
         granularity: Granularity::Hour,
         max_batches_per_apply: max_batches,
+        deletion_vectors,
         ..SilverOptions::default()
     };
     let mut problems = Problems::under("");
@@ -217,6 +218,17 @@ fn options(dir: &std::path::Path, app_id: &str, control: &str, max_batches: u64)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silver_equals_the_fold_of_the_changes() {
+    check_the_fold(false).await;
+}
+
+/// The same property with `deletion_vectors = true`: rows replaced and deleted by marks, read
+/// back through the deletion vectors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silver_by_deletion_vectors_equals_the_fold_of_the_changes() {
+    check_the_fold(true).await;
+}
+
+async fn check_the_fold(deletion_vectors: bool) {
     let seeds: u64 = std::env::var("SILVER_PROPERTY_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
     for seed in 0..seeds {
         let mut rng = StdRng::seed_from_u64(seed);
@@ -225,10 +237,16 @@ async fn silver_equals_the_fold_of_the_changes() {
         let (bronze, facts) = (dir.path().join("bronze").display().to_string(), dir.path().join("facts").display().to_string());
         write_bronze(&bronze, &facts, &batches).await;
         let max_batches = rng.random_range(1..4);
-        let mut applier = Applier::open(&options(dir.path(), "silver-app", "control", max_batches), Storage::new()).await.unwrap();
+        let mut applier = Applier::open(&options(dir.path(), "silver-app", "control", max_batches, deletion_vectors), Storage::new()).await.unwrap();
         let mut verdict = None;
+        // Rows replaced or deleted in a silver table that already existed (by marks, then).
+        let mut replaced_on_a_table = 0;
         loop {
+            let existed = table::open(&dir.path().join("silver").display().to_string(), &Storage::new()).await.unwrap().is_some();
             let report = applier.step().await.unwrap();
+            if existed {
+                replaced_on_a_table += report.updated + report.deleted;
+            }
             if report.batches == 0 {
                 break;
             }
@@ -245,16 +263,20 @@ async fn silver_equals_the_fold_of_the_changes() {
         }
         let expected = reference(&batches);
         let silver_path = dir.path().join("silver").display().to_string();
+        if deletion_vectors && replaced_on_a_table > 0 {
+            let written = std::fs::read_dir(&silver_path).unwrap().filter_map(|e| e.ok()).any(|e| e.file_name().to_string_lossy().starts_with("deletion_vector_"));
+            assert!(written, "seed {seed}: rows were replaced by deletion vectors");
+        }
         assert_eq!(read_silver(&silver_path).await, expected, "seed {seed}: at the end");
         let version = table::open(&silver_path, &Storage::new()).await.unwrap().and_then(|t| t.version());
 
         // Restarted: the txn versions say everything is applied; nothing is written to silver.
-        let mut restarted = Applier::open(&options(dir.path(), "silver-app", "control", 5), Storage::new()).await.unwrap();
+        let mut restarted = Applier::open(&options(dir.path(), "silver-app", "control", 5, deletion_vectors), Storage::new()).await.unwrap();
         assert_eq!(restarted.step().await.unwrap().batches, 0, "seed {seed}");
         assert_eq!(table::open(&silver_path, &Storage::new()).await.unwrap().and_then(|t| t.version()), version, "seed {seed}: a restart applies nothing twice");
 
         // The whole prefix again (a new app id and control table: the position lost).
-        let mut replay = Applier::open(&options(dir.path(), "replayer", "control-replay", 100_000), Storage::new()).await.unwrap();
+        let mut replay = Applier::open(&options(dir.path(), "replayer", "control-replay", 100_000, deletion_vectors), Storage::new()).await.unwrap();
         let report = replay.step().await.unwrap();
         assert_eq!(report.batches as usize, batches.len(), "seed {seed}");
         assert_eq!((report.inserted, report.updated, report.deleted), (0, 0, 0), "seed {seed}: a replay changes no row");
