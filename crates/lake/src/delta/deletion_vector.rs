@@ -102,19 +102,28 @@ fn serialize(rows: &RoaringTreemap) -> Result<Vec<u8>, DvError> {
     Ok(out)
 }
 
-/// The relative path of the DV file a `'u'` descriptor names (its prefix, if any, is the
-/// folder), or `None` for another storage type.
-pub fn relative_path(descriptor: &DeletionVectorDescriptor) -> Result<Option<String>, DvError> {
-    if descriptor.storage_type != StorageType::UuidRelativePath {
-        return Ok(None);
-    }
+/// The path, relative to the table root `root`, of the DV file a descriptor names: for `'u'`
+/// from its uuid (its prefix, if any, is the folder), for `'p'` its URL when inside the table;
+/// `None` for an inline vector.
+pub fn relative_path(descriptor: &DeletionVectorDescriptor, root: &url::Url) -> Result<Option<String>, DvError> {
     let encoded = &descriptor.path_or_inline_dv;
     let malformed = |reason: &str| DvError::Malformed { path: encoded.clone(), reason: reason.to_owned() };
-    let split = encoded.len().checked_sub(20).ok_or_else(|| malformed("shorter than a Z85 uuid"))?;
-    let (prefix, id) = encoded.split_at(split);
-    let bytes = z85::decode(id).map_err(|_| malformed("not Z85"))?;
-    let uuid = uuid::Uuid::from_slice(&bytes).map_err(|_| malformed("not a uuid"))?;
-    Ok(Some(if prefix.is_empty() { format!("deletion_vector_{uuid}.bin") } else { format!("{prefix}/deletion_vector_{uuid}.bin") }))
+    match descriptor.storage_type {
+        StorageType::Inline => Ok(None),
+        StorageType::AbsolutePath => {
+            let url = url::Url::parse(encoded).map_err(|_| malformed("not a URL"))?;
+            let root = root.as_str().trim_end_matches('/');
+            let rest = url.as_str().strip_prefix(root).and_then(|rest| rest.strip_prefix('/')).ok_or_else(|| malformed("outside the table's folder, where silver cannot read it"))?;
+            Ok(Some(rest.to_owned()))
+        }
+        StorageType::UuidRelativePath => {
+            let split = encoded.len().checked_sub(20).ok_or_else(|| malformed("shorter than a Z85 uuid"))?;
+            let (prefix, id) = encoded.split_at(split);
+            let bytes = z85::decode(id).map_err(|_| malformed("not Z85"))?;
+            let uuid = uuid::Uuid::from_slice(&bytes).map_err(|_| malformed("not a uuid"))?;
+            Ok(Some(if prefix.is_empty() { format!("deletion_vector_{uuid}.bin") } else { format!("{prefix}/deletion_vector_{uuid}.bin") }))
+        }
+    }
 }
 
 /// The rows a descriptor marks: decoded from the descriptor itself when inline, else from
@@ -169,7 +178,12 @@ mod tests {
         assert_eq!((da.cardinality, db.cardinality), (4, 100));
         assert_eq!(parse_inline_or_file(&da, Some(file.bytes())).unwrap(), a);
         assert_eq!(parse_inline_or_file(&db, Some(file.bytes())).unwrap(), b);
-        assert_eq!(relative_path(&da).unwrap().unwrap(), file.relative_path());
+        let root = url::Url::parse("s3://lake/silver/orders/").unwrap();
+        assert_eq!(relative_path(&da, &root).unwrap().unwrap(), file.relative_path());
+        let absolute = DeletionVectorDescriptor { storage_type: StorageType::AbsolutePath, path_or_inline_dv: format!("s3://lake/silver/orders/{}", file.relative_path()), ..da.clone() };
+        assert_eq!(relative_path(&absolute, &root).unwrap().unwrap(), file.relative_path());
+        let elsewhere = DeletionVectorDescriptor { path_or_inline_dv: "s3://other/dv.bin".into(), ..absolute };
+        assert!(relative_path(&elsewhere, &root).is_err());
     }
 
     /// A corrupted byte is a named error, not a wrong vector.

@@ -20,7 +20,7 @@
 //! The same outcome as the copy-on-write MERGE in [`super::apply`], row for row: a newer
 //! delete removes the key, a newer image replaces the row, a new key is inserted, a replay
 //! changes nothing. Readers must support deletion vectors (reader version 3); `optimize`
-//! compacts marked files and drops their vectors.
+//! compacts small marked files together with their vectors applied.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -187,6 +187,8 @@ fn int_values(column: &arrow::array::ArrayRef) -> Option<Vec<i64>> {
 /// A file to match: what the reads need, owned (they run as tasks).
 struct Candidate {
     path: deltalake::Path,
+    /// The table's root, which vectors' paths are relative to.
+    root: url::Url,
     size: u64,
     descriptor: Option<DeletionVectorDescriptor>,
     /// Its `_start_lsn` need not be read ([`FoldKeys::all_older`]).
@@ -220,7 +222,7 @@ pub async fn merge(
     let fold = Arc::new(FoldKeys::new(folded, keys)?);
     let store = table.log_store().object_store(None);
     let snapshot = table.snapshot().map_err(|e| SilverError::delta_at(location, e))?.clone();
-    let (candidates, entries) = candidates(&snapshot, &fold, &keys[0]);
+    let (candidates, entries) = candidates(&snapshot, table.table_url(), &fold, &keys[0]);
     let mut marked = Marked { files_scanned: candidates.len() as u64, ..Marked::default() };
     let matches = match_files(candidates, &fold, &store, keys, location).await?;
     let (mut actions, outcome) = mark(matches, entries, folded.num_rows(), &store, location, &mut marked).await?;
@@ -258,7 +260,7 @@ pub async fn merge(
 
 /// The files whose statistics allow one of the fold's keys, in the log's order, each with its
 /// `remove` and `add` for when it is marked.
-fn candidates(snapshot: &deltalake::table::state::DeltaTableState, fold: &FoldKeys, key: &str) -> (Vec<Candidate>, Vec<(Remove, Add)>) {
+fn candidates(snapshot: &deltalake::table::state::DeltaTableState, root: &url::Url, fold: &FoldKeys, key: &str) -> (Vec<Candidate>, Vec<(Remove, Add)>) {
     let mut candidates = Vec::new();
     let mut entries = Vec::new();
     for file in snapshot.log_data().iter() {
@@ -266,7 +268,7 @@ fn candidates(snapshot: &deltalake::table::state::DeltaTableState, fold: &FoldKe
         if !fold.may_hold(stats.as_ref(), key) {
             continue;
         }
-        candidates.push(Candidate { path: file.object_store_path(), size: file.size() as u64, descriptor: file.deletion_vector_descriptor(), all_older: fold.all_older(stats.as_ref()) });
+        candidates.push(Candidate { path: file.object_store_path(), root: root.clone(), size: file.size() as u64, descriptor: file.deletion_vector_descriptor(), all_older: fold.all_older(stats.as_ref()) });
         #[allow(deprecated)] // the only public way to an `add` of a file already in the table
         let add = file.add_action();
         entries.push((file.remove_action(true), add));
@@ -351,10 +353,9 @@ async fn match_files(candidates: Vec<Candidate>, fold: &Arc<FoldKeys>, store: &A
 async fn existing_marks(store: &Arc<dyn ObjectStore>, file: &Candidate, location: &str) -> Result<RoaringTreemap, SilverError> {
     let Some(descriptor) = &file.descriptor else { return Ok(RoaringTreemap::new()) };
     let dv_error = |e: dv::DvError| SilverError::DeletionVector { table: location.to_owned(), reason: e.to_string() };
-    let bytes = match dv::relative_path(descriptor).map_err(dv_error)? {
+    let bytes = match dv::relative_path(descriptor, &file.root).map_err(dv_error)? {
         Some(path) => Some(store.get(&deltalake::Path::from(path)).await.map_err(|e| SilverError::delta_at(location, e))?.bytes().await.map_err(|e| SilverError::delta_at(location, e))?),
-        None if descriptor.storage_type == deltalake::kernel::StorageType::Inline => None,
-        None => return Err(SilverError::DeletionVector { table: location.to_owned(), reason: format!("file {} has a deletion vector at an absolute path, which silver does not read: run `optimize` on silver", file.path) }),
+        None => None,
     };
     dv::parse_inline_or_file(descriptor, bytes.as_deref()).map_err(dv_error)
 }

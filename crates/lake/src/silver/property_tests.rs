@@ -281,5 +281,13 @@ async fn check_the_fold(deletion_vectors: bool) {
         assert_eq!(report.batches as usize, batches.len(), "seed {seed}");
         assert_eq!((report.inserted, report.updated, report.deleted), (0, 0, 0), "seed {seed}: a replay changes no row");
         assert_eq!(read_silver(&silver_path).await, expected, "seed {seed}: after the replay");
+
+        // `optimize` (the compaction the docs tell users to run) applies the vectors: the
+        // marked rows stay gone, and the small files it rewrites carry no vector any more.
+        table::optimize(&silver_path, &Storage::new(), &[], None).await.unwrap();
+        assert_eq!(read_silver(&silver_path).await, expected, "seed {seed}: after optimize");
+        let optimized = table::open(&silver_path, &Storage::new()).await.unwrap().unwrap();
+        let marked = optimized.snapshot().unwrap().log_data().iter().filter(|f| f.deletion_vector_descriptor().is_some()).count();
+        assert!(!deletion_vectors || marked == 0 || optimized.snapshot().unwrap().log_data().iter().count() == 1, "seed {seed}: {marked} files keep a vector after optimize");
     }
 }
