@@ -37,12 +37,13 @@ pub enum SilverError {
     #[error("storage_options: {0}")]
     Storage(#[from] mssql_cdc_core::config::secret::SecretError),
     /// A deletion vector of silver could not be read or written.
-    #[error("silver table `{table}`: {reason}")]
+    #[error("silver table `{table}`: {source}")]
     DeletionVector {
         /// The silver table.
         table: String,
-        /// What was wrong.
-        reason: String,
+        /// What was wrong with it.
+        #[source]
+        source: crate::delta::deletion_vector::DvError,
     },
     /// The facts table does not hold what its contract says.
     #[error(transparent)]

@@ -121,10 +121,7 @@ impl FoldKeys {
         let types: Vec<DataType> = columns.iter().map(|c| c.data_type().clone()).collect();
         let first = columns[0].data_type().is_integer().then(|| int_values(&columns[0])).flatten();
         let index = match (&first, columns.len()) {
-            (Some(_), 1) => {
-                let values = int_values(&columns[0]).unwrap_or_default();
-                KeyIndex::Int(values.iter().enumerate().map(|(i, k)| (*k, i)).collect())
-            }
+            (Some(values), 1) => KeyIndex::Int(values.iter().enumerate().map(|(i, k)| (*k, i)).collect()),
             _ => {
                 let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect()).map_err(fold_error)?;
                 let rows = converter.convert_columns(&columns).map_err(fold_error)?;
@@ -162,7 +159,6 @@ impl FoldKeys {
 
     /// The fold row of each row of `columns` (a file's key columns), if any.
     fn lookup(&self, columns: &[arrow::array::ArrayRef]) -> Result<Vec<Option<usize>>, SilverError> {
-        let columns: Vec<_> = columns.iter().zip(&self.types).map(|(c, t)| arrow::compute::cast(c, t)).collect::<Result<_, _>>().map_err(fold_error)?;
         Ok(match &self.index {
             KeyIndex::Int(index) => {
                 let values = arrow::compute::cast(&columns[0], &DataType::Int64).map_err(fold_error)?;
@@ -170,6 +166,7 @@ impl FoldKeys {
                 values.iter().map(|k| k.and_then(|k| index.get(&k).copied())).collect()
             }
             KeyIndex::Rows(converter, index) => {
+                let columns: Vec<_> = columns.iter().zip(&self.types).map(|(c, t)| arrow::compute::cast(c, t)).collect::<Result<_, _>>().map_err(fold_error)?;
                 let rows = converter.convert_columns(&columns).map_err(fold_error)?;
                 rows.iter().map(|row| index.get(row.as_ref()).copied()).collect()
             }
@@ -187,8 +184,6 @@ fn int_values(column: &arrow::array::ArrayRef) -> Option<Vec<i64>> {
 /// A file to match: what the reads need, owned (they run as tasks).
 struct Candidate {
     path: deltalake::Path,
-    /// The table's root, which vectors' paths are relative to.
-    root: url::Url,
     size: u64,
     descriptor: Option<DeletionVectorDescriptor>,
     /// Its `_start_lsn` need not be read ([`FoldKeys::all_older`]).
@@ -222,9 +217,9 @@ pub async fn merge(
     let fold = Arc::new(FoldKeys::new(folded, keys)?);
     let store = table.log_store().object_store(None);
     let snapshot = table.snapshot().map_err(|e| SilverError::delta_at(location, e))?.clone();
-    let (candidates, entries) = candidates(&snapshot, table.table_url(), &fold, &keys[0]);
+    let (candidates, entries) = candidates(&snapshot, &fold, &keys[0]);
     let mut marked = Marked { files_scanned: candidates.len() as u64, ..Marked::default() };
-    let matches = match_files(candidates, &fold, &store, keys, location).await?;
+    let matches = match_files(candidates, &fold, &store, table.table_url(), keys, location).await?;
     let (mut actions, outcome) = mark(matches, entries, folded.num_rows(), &store, location, &mut marked).await?;
     let kept = keep(folded, &outcome, &mut marked)?;
     if kept.num_rows() > 0 {
@@ -260,7 +255,7 @@ pub async fn merge(
 
 /// The files whose statistics allow one of the fold's keys, in the log's order, each with its
 /// `remove` and `add` for when it is marked.
-fn candidates(snapshot: &deltalake::table::state::DeltaTableState, root: &url::Url, fold: &FoldKeys, key: &str) -> (Vec<Candidate>, Vec<(Remove, Add)>) {
+fn candidates(snapshot: &deltalake::table::state::DeltaTableState, fold: &FoldKeys, key: &str) -> (Vec<Candidate>, Vec<(Remove, Add)>) {
     let mut candidates = Vec::new();
     let mut entries = Vec::new();
     for file in snapshot.log_data().iter() {
@@ -268,7 +263,7 @@ fn candidates(snapshot: &deltalake::table::state::DeltaTableState, root: &url::U
         if !fold.may_hold(stats.as_ref(), key) {
             continue;
         }
-        candidates.push(Candidate { path: file.object_store_path(), root: root.clone(), size: file.size() as u64, descriptor: file.deletion_vector_descriptor(), all_older: fold.all_older(stats.as_ref()) });
+        candidates.push(Candidate { path: file.object_store_path(), size: file.size() as u64, descriptor: file.deletion_vector_descriptor(), all_older: fold.all_older(stats.as_ref()) });
         #[allow(deprecated)] // the only public way to an `add` of a file already in the table
         let add = file.add_action();
         entries.push((file.remove_action(true), add));
@@ -302,7 +297,7 @@ async fn mark(matches: Vec<FileMatch>, entries: Vec<(Remove, Add)>, rows: usize,
         }
         let mut all = found.old;
         all |= found.marks;
-        let descriptor = dv_file.push(all).map_err(|e| SilverError::DeletionVector { table: location.to_owned(), reason: e.to_string() })?;
+        let descriptor = dv_file.push(all).map_err(|e| SilverError::DeletionVector { table: location.to_owned(), source: e })?;
         actions.push(Action::Remove(remove));
         actions.push(Action::Add(marked_add(add, descriptor)));
         marked.files_marked += 1;
@@ -332,15 +327,16 @@ fn keep(folded: &RecordBatch, outcome: &Outcome, marked: &mut Marked) -> Result<
 }
 
 /// Matches the candidates, [`PARALLEL_FILES`] at a time; results in the candidates' order.
-async fn match_files(candidates: Vec<Candidate>, fold: &Arc<FoldKeys>, store: &Arc<dyn ObjectStore>, keys: &[String], location: &str) -> Result<Vec<FileMatch>, SilverError> {
+/// `root` is the table's, which deletion vectors' paths are relative to.
+async fn match_files(candidates: Vec<Candidate>, fold: &Arc<FoldKeys>, store: &Arc<dyn ObjectStore>, root: &url::Url, keys: &[String], location: &str) -> Result<Vec<FileMatch>, SilverError> {
     let mut results: Vec<Option<FileMatch>> = (0..candidates.len()).map(|_| None).collect();
     let mut running = tokio::task::JoinSet::new();
     let mut queue = candidates.into_iter().enumerate();
     loop {
         while running.len() < PARALLEL_FILES {
             let Some((i, candidate)) = queue.next() else { break };
-            let (fold, store, keys, location) = (fold.clone(), store.clone(), keys.to_vec(), location.to_owned());
-            running.spawn(async move { (i, match_file(&store, &candidate, &fold, &keys, &location).await) });
+            let (fold, store, root, keys, location) = (fold.clone(), store.clone(), root.clone(), keys.to_vec(), location.to_owned());
+            running.spawn(async move { (i, match_file(&store, &root, &candidate, &fold, &keys, &location).await) });
         }
         let Some(done) = running.join_next().await else { break };
         let (i, result) = done.map_err(|e| SilverError::Fold(format!("a file match task failed: {e}")))?;
@@ -350,10 +346,10 @@ async fn match_files(candidates: Vec<Candidate>, fold: &Arc<FoldKeys>, store: &A
 }
 
 /// The rows a file's current deletion vector marks (none without one).
-async fn existing_marks(store: &Arc<dyn ObjectStore>, file: &Candidate, location: &str) -> Result<RoaringTreemap, SilverError> {
+async fn existing_marks(store: &Arc<dyn ObjectStore>, root: &url::Url, file: &Candidate, location: &str) -> Result<RoaringTreemap, SilverError> {
     let Some(descriptor) = &file.descriptor else { return Ok(RoaringTreemap::new()) };
-    let dv_error = |e: dv::DvError| SilverError::DeletionVector { table: location.to_owned(), reason: e.to_string() };
-    let bytes = match dv::relative_path(descriptor, &file.root).map_err(dv_error)? {
+    let dv_error = |e: dv::DvError| SilverError::DeletionVector { table: location.to_owned(), source: e };
+    let bytes = match dv::relative_path(descriptor, root).map_err(dv_error)? {
         Some(path) => Some(store.get(&deltalake::Path::from(path)).await.map_err(|e| SilverError::delta_at(location, e))?.bytes().await.map_err(|e| SilverError::delta_at(location, e))?),
         None => None,
     };
@@ -362,8 +358,8 @@ async fn existing_marks(store: &Arc<dyn ObjectStore>, file: &Candidate, location
 
 /// Reads a file's key columns (and `_start_lsn` unless every row is older) and finds the
 /// live rows the fold replaces, and the fold rows a live row supersedes.
-async fn match_file(store: &Arc<dyn ObjectStore>, file: &Candidate, fold: &FoldKeys, keys: &[String], location: &str) -> Result<FileMatch, SilverError> {
-    let old = existing_marks(store, file, location).await?;
+async fn match_file(store: &Arc<dyn ObjectStore>, root: &url::Url, file: &Candidate, fold: &FoldKeys, keys: &[String], location: &str) -> Result<FileMatch, SilverError> {
+    let old = existing_marks(store, root, file, location).await?;
     #[allow(deprecated)] // see the import
     let reader = ParquetObjectReader::new(store.clone(), file.path.clone()).with_file_size(file.size);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| SilverError::delta_at(location, e))?;
