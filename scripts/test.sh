@@ -20,8 +20,9 @@ mkdir -p "$cache"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
 
 # --- Debian packages: a C toolchain for librdkafka and SQLite, OpenSSL for TLS/SASL; the
-# deployment checkers (docker-compose for the Compose file, promtool from prometheus). ------
-packages=(build-essential pkg-config libssl-dev zlib1g-dev python3 python3-venv docker-compose prometheus)
+# deployment checkers (docker-compose for the Compose file, promtool from prometheus); libltdl7
+# for Microsoft's ODBC driver that mssql-python ships (the TLS suite's independent client). --
+packages=(build-essential pkg-config libssl-dev zlib1g-dev python3 python3-venv docker-compose prometheus libltdl7)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")

@@ -20,6 +20,7 @@ mod deploy;
 mod pipeline;
 mod reconcile;
 mod schema;
+mod security;
 mod seed;
 mod silver;
 mod source;

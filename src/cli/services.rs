@@ -35,7 +35,7 @@ impl Services {
         let mut services = Self { runtime: None, broker: None, shutdown: CancellationToken::new(), broker_address: options.listen, sim_address: options.listen };
         let broker = runtime.spawn(async move { broker::start(&options).await });
         let (served, shutdown) = (sim.clone(), services.shutdown.clone());
-        let server = runtime.spawn(async move { tds::start(served, SocketAddr::from(([127, 0, 0, 1], 0)), shutdown).await });
+        let server = runtime.spawn(async move { tds::start(served, SocketAddr::from(([127, 0, 0, 1], 0)), tds::WireSecurity::default(), shutdown).await });
         // From here on a failure drops `services`, which shuts the runtime down in the background.
         services.runtime = Some(runtime);
         let broker = broker.await??;

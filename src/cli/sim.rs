@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -27,6 +28,66 @@ enum SimCommand {
     /// Benchmark: workload changes/s in-process, then change-table reads over TDS (tiberius)
     /// next to the same query in-process
     Bench(BenchArgs),
+    /// Print an access token that `sim serve --trust-token-key` trusts (for token sign-in)
+    Token(TokenArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct TokenArgs {
+    /// File holding the signing key (the one given to `sim serve --trust-token-key`).
+    #[arg(long)]
+    key: PathBuf,
+    /// The principal the token names (`upn` and `sub` claims).
+    #[arg(long, default_value = "cdc-reader@sim.local")]
+    principal: String,
+    /// Seconds until it expires (negative: already expired).
+    #[arg(long, default_value_t = 3600, allow_hyphen_values = true)]
+    expires_in: i64,
+}
+
+/// How `sim serve` secures connections.
+#[derive(Debug, clap::Args)]
+struct WireArgs {
+    /// PEM certificate chain to present: with it the simulator negotiates TLS in PRELOGIN as
+    /// SQL Server does (TLS 1.2 inside TDS); without it, encryption is not supported.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// With --tls-cert: `off` (encryption available: login packet only for clients that ask
+    /// for off, whole connection for those asking on/required) or `required` (forced: every
+    /// connection encrypted whole).
+    #[arg(long, value_enum, default_value = "off")]
+    encrypt: tds::tls::ServerEncryption,
+    /// File holding a key: access tokens signed with it (HMAC-SHA256 JWTs, `sim token`) and not
+    /// expired are let in by federated sign-in (TDS FEDAUTH). Without it tokens are refused.
+    #[arg(long)]
+    trust_token_key: Option<PathBuf>,
+}
+
+impl WireArgs {
+    fn wire(&self) -> anyhow::Result<tds::WireSecurity> {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(tds::tls::TlsServer::load(cert, key, self.encrypt).map_err(|error| anyhow::anyhow!("--tls-cert/--tls-key: {error}"))?),
+            _ => None,
+        };
+        let token_key = match &self.trust_token_key {
+            Some(path) => Some(read_key(path, "--trust-token-key")?),
+            None => None,
+        };
+        Ok(tds::WireSecurity { tls, token_key })
+    }
+}
+
+/// A signing key's bytes (one trailing newline dropped).
+fn read_key(path: &std::path::Path, flag: &str) -> anyhow::Result<std::sync::Arc<[u8]>> {
+    let bytes = std::fs::read(path).map_err(|error| anyhow::anyhow!("{flag}: cannot read `{}`: {error}", path.display()))?;
+    let trimmed = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+    if trimmed.is_empty() {
+        anyhow::bail!("{flag}: `{}` is empty", path.display());
+    }
+    Ok(trimmed.into())
 }
 
 #[derive(Debug, clap::Args)]
@@ -73,6 +134,8 @@ struct ServeArgs {
     listen: SocketAddr,
     #[command(flatten)]
     settings: ServerSettings,
+    #[command(flatten)]
+    security: WireArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -101,7 +164,15 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         SimCommand::Serve(args) => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(args)),
         SimCommand::Workload(args) => workload(args),
         SimCommand::Bench(args) => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(bench(args)),
+        SimCommand::Token(args) => token(&args),
     }
+}
+
+fn token(args: &TokenArgs) -> anyhow::Result<ExitCode> {
+    let key = read_key(&args.key, "--key")?;
+    let now = chrono::Utc::now().timestamp();
+    println!("{}", tds::token::mint(&key, &args.principal, now, now.saturating_add(args.expires_in)));
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -117,7 +188,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let local_secs = started.elapsed().as_secs_f64();
 
     let shutdown = CancellationToken::new();
-    let address = tds::start(sim.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), shutdown.clone()).await?;
+    let address = tds::start(sim.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), tds::WireSecurity::default(), shutdown.clone()).await?;
     let config = ClientConfig { address, user: "sa".into(), password: DEFAULT_PASSWORD.into(), database: "sales".into() };
     let mut client = mssql_cdc_sim::client::connect(&config).await?;
     let started = Instant::now();
@@ -162,7 +233,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let sim = Simulator::new(args.settings.config()?);
     let _jobs = sim.spawn_jobs(Duration::from_millis(100));
     let shutdown = CancellationToken::new();
-    let address = tds::start(sim, args.listen, shutdown.clone()).await?;
+    let address = tds::start(sim, args.listen, args.security.wire()?, shutdown.clone()).await?;
     tracing::info!(address = %address, "simulator serving TDS");
     println!("listening on {address}");
     std::io::stdout().flush()?;

@@ -45,7 +45,9 @@ impl std::fmt::Debug for ClientConfig {
 /// A connected tiberius client.
 pub type TdsClient = Client<Compat<TcpStream>>;
 
-/// Connects without TLS (the simulator does not encrypt).
+/// Connects without TLS, unless the server forces encryption (`sim serve --encrypt
+/// required`): then with TLS, trusting any certificate. This client drives workloads and test
+/// set-ups; what checks certificates is the source's own connection.
 pub async fn connect(config: &ClientConfig) -> Result<TdsClient, tiberius::error::Error> {
     let mut tds = Config::new();
     tds.host(config.address.ip());
@@ -53,6 +55,7 @@ pub async fn connect(config: &ClientConfig) -> Result<TdsClient, tiberius::error
     tds.database(&config.database);
     tds.authentication(AuthMethod::sql_server(&config.user, &config.password));
     tds.encryption(EncryptionLevel::NotSupported);
+    tds.trust_cert();
     let tcp = TcpStream::connect(config.address).await?;
     tcp.set_nodelay(true)?;
     Client::connect(tds, tcp.compat_write()).await

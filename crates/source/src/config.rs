@@ -19,6 +19,7 @@ use mssql_cdc_core::stage::{ConnectorKind, Stage, StageContext, StageError};
 use mssql_cdc_types::lsn::Lsn;
 use mssql_cdc_types::timezone::ServerZone;
 
+use crate::auth::config::{AuthenticationKind, EntraIdOptions, SignInOptions, TokenSettings};
 use crate::backfill::config::{BackfillOptions, BackfillSettings};
 
 /// Options of `mssql-source`. Names follow the reference library's, in snake_case.
@@ -32,6 +33,25 @@ pub struct MssqlSourceOptions {
     pub user: Option<String>,
     /// SQL login password: a string, `{ env = "VAR" }` or `{ file = "/path" }`. Redacted.
     pub password: Option<Secret>,
+    /// How the source signs in: `sql_password` (default: `user` and `password`),
+    /// `access_token` (an Entra ID token from `access_token`), `token_command` (a token printed
+    /// by `token_command`), `managed_identity` or `service_principal` (tokens from Entra ID,
+    /// `[entra_id]`). Token sign-in needs `encrypt = "required"` or `"on"`.
+    pub authentication: AuthenticationKind,
+    /// With `authentication = "access_token"`: the token, `{ file = "/path" }` or
+    /// `{ env = "VAR" }`, read again for every new connection (so a rotated file is picked up).
+    /// Redacted.
+    pub access_token: Option<Secret>,
+    /// With `authentication = "token_command"`: the program and its arguments; it prints the
+    /// token (alone, or as `az account get-access-token` JSON) on standard output.
+    pub token_command: Vec<String>,
+    /// How long `token_command` may run, seconds. Default 30.
+    pub token_command_timeout_s: u64,
+    /// A token from a command or from Entra ID is fetched again, for a new connection, once it
+    /// expires within this many seconds. Default 300.
+    pub token_refresh_margin_s: u64,
+    /// Where `managed_identity` and `service_principal` tokens come from.
+    pub entra_id: EntraIdOptions,
     /// Login timeout, seconds. Default 30.
     pub connect_timeout: u64,
     /// TLS to SQL Server: `required` (default), `on`, `off` (login packet only) or
@@ -127,6 +147,12 @@ impl Default for MssqlSourceOptions {
             connection_string: None,
             user: None,
             password: None,
+            authentication: AuthenticationKind::SqlPassword,
+            access_token: None,
+            token_command: Vec::new(),
+            token_command_timeout_s: 30,
+            token_refresh_margin_s: 300,
+            entra_id: EntraIdOptions::default(),
             connect_timeout: 30,
             encrypt: Encrypt::Required,
             trust_server_certificate: false,
@@ -293,6 +319,8 @@ pub struct Login {
     pub encrypt: Encrypt,
     /// Which server certificates are trusted.
     pub trust: ServerTrust,
+    /// Token sign-in, when `authentication` asks for it.
+    pub tokens: TokenSettings,
 }
 
 /// Which server certificates the source trusts.
@@ -513,6 +541,19 @@ impl MssqlSourceOptions {
         if self.connect_timeout == 0 {
             problems.invalid("connect_timeout", "zero", "a positive number of seconds");
         }
+        let tokens = SignInOptions {
+            kind: self.authentication,
+            user: self.user.as_deref(),
+            has_password: self.password.is_some(),
+            access_token: self.access_token.as_ref(),
+            token_command: &self.token_command,
+            token_command_timeout_s: self.token_command_timeout_s,
+            token_refresh_margin_s: self.token_refresh_margin_s,
+            entra_id: &self.entra_id,
+            encrypt: self.encrypt,
+            connection_names_user: self.connection_string.as_ref().is_some_and(|c| c.has_any(USER_KEYS)),
+        }
+        .validate(problems);
         Some(Login {
             connection_string: connection_string?,
             user: self.user.clone(),
@@ -520,6 +561,7 @@ impl MssqlSourceOptions {
             connect_timeout: Duration::from_secs(self.connect_timeout),
             encrypt: self.encrypt,
             trust: trust?,
+            tokens: tokens?,
         })
     }
 

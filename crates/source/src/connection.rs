@@ -7,6 +7,7 @@ use tiberius::{AuthMethod, Client, Config, EncryptionLevel};
 use tokio::net::TcpStream;
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
+use super::auth::TokenProvider;
 use super::config::{Encrypt, Login, ServerTrust};
 use super::error::SourceError;
 
@@ -20,6 +21,7 @@ pub struct Connector {
     address: String,
     timeout: Duration,
     secrets: Arc<[String]>,
+    tokens: Option<Arc<TokenProvider>>,
 }
 
 impl std::fmt::Debug for Connector {
@@ -29,7 +31,8 @@ impl std::fmt::Debug for Connector {
 }
 
 impl Connector {
-    /// Builds the tiberius configuration (no I/O besides reading the password's secret).
+    /// Builds the tiberius configuration (no I/O besides reading the password's secret; a
+    /// token is fetched per connection).
     pub fn new(options: &Login) -> Result<Self, SourceError> {
         let mut config = Config::from_ado_string(&options.connection_string.0).map_err(|error| SourceError::Sql {
             message: format!("connection_string: {error}"),
@@ -54,7 +57,8 @@ impl Connector {
         config.application_name("mssql-cdc");
         let address = config.get_addr();
         let secrets: Vec<String> = password.iter().map(|p| p.expose().to_owned()).collect();
-        Ok(Self { config, address, timeout: options.connect_timeout, secrets: secrets.into() })
+        let tokens = TokenProvider::new(&options.tokens).map(Arc::new);
+        Ok(Self { config, address, timeout: options.connect_timeout, secrets: secrets.into(), tokens })
     }
 
     /// The values to remove from any message.
@@ -62,12 +66,25 @@ impl Connector {
         self.secrets.iter().map(String::as_str).collect()
     }
 
-    /// Opens a new connection, within `connect_timeout`.
+    /// Opens a new connection, within `connect_timeout`; with token sign-in, with a token
+    /// fetched (or still fresh) for it.
     pub async fn connect(&self) -> Result<TdsClient, SourceError> {
         let attempt = async {
+            let mut config = self.config.clone();
+            let token = match &self.tokens {
+                Some(tokens) => Some(tokens.token().await?),
+                None => None,
+            };
+            if let Some(token) = &token {
+                config.authentication(AuthMethod::aad_token(token.expose()));
+            }
             let tcp = TcpStream::connect(&self.address).await.map_err(SourceError::io)?;
             tcp.set_nodelay(true).map_err(SourceError::io)?;
-            Client::connect(self.config.clone(), tcp.compat_write()).await.map_err(|e| self.error(e))
+            Client::connect(config, tcp.compat_write()).await.map_err(|error| {
+                let mut secrets = self.secrets();
+                secrets.extend(token.as_ref().map(|token| token.expose()));
+                SourceError::from_tiberius(error, &secrets)
+            })
         };
         match tokio::time::timeout(self.timeout, attempt).await {
             Ok(result) => result,

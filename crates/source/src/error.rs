@@ -153,6 +153,16 @@ pub enum SourceError {
     /// The schema registry failed.
     #[error(transparent)]
     Registry(#[from] mssql_cdc_core::log::registry::RegistryError),
+    /// No access token could be had for token sign-in (`authentication`); the message never
+    /// holds a token or a client secret.
+    #[error("sign-in token: {message}")]
+    Token {
+        /// What failed.
+        message: String,
+        /// Whether asking again may succeed (an endpoint or command that failed, a file being
+        /// rotated).
+        transient: bool,
+    },
     /// A secret could not be read.
     #[error("password: {0}")]
     Secret(#[from] mssql_cdc_core::config::secret::SecretError),
@@ -171,7 +181,7 @@ pub enum SourceError {
 impl SourceError {
     /// Whether retrying on a new connection may help.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Sql { transient: true, .. })
+        matches!(self, Self::Sql { transient: true, .. } | Self::Token { transient: true, .. })
     }
 
     /// From a tiberius error, with `secrets` replaced by `***` in the message.
@@ -185,6 +195,13 @@ impl SourceError {
                 // 40613/40197/40501/49918/4060 are the unavailable/failover family,
                 // 233/10053/10054 transport-level.
                 (Some(code), matches!(code, 1205 | 1222 | 3961 | 233 | 4060 | 10053 | 10054 | 10928 | 10929 | 40197 | 40501 | 40613 | 49918 | 49919 | 49920))
+            }
+            E::Tls(message) if message.contains("certificate") => {
+                return Self::Sql { message: redact(&certificate_refused(message), secrets), code: None, transient: false };
+            }
+            E::Protocol(message) if message.contains("encryption level") => {
+                let message = "the server does not offer the encryption `encrypt` asks for: install a certificate on the server (SQL Server Configuration Manager), or set encrypt = \"off\" or \"not_supported\" where the network is trusted";
+                return Self::Sql { message: message.to_owned(), code: None, transient: false };
             }
             E::Io { .. } | E::Tls(_) | E::Routing { .. } => (None, true),
             E::Protocol(_) => (None, true),
@@ -213,7 +230,7 @@ impl Retriable for SourceError {
     /// configuration problems are not retried.
     fn is_retriable(&self) -> bool {
         match self {
-            Self::Sql { transient, .. } => *transient,
+            Self::Sql { transient, .. } | Self::Token { transient, .. } => *transient,
             Self::Kafka(_) => true,
             Self::Registry(error) => error.is_transient(),
             Self::Outage { .. } => false,
@@ -241,6 +258,17 @@ impl Retriable for SourceError {
     }
 }
 
+/// A refused server certificate, said in the connector's own terms: why, and which setting
+/// to change (the driver's message names its own API instead).
+fn certificate_refused(driver: &str) -> String {
+    let reason = driver.split(" To connect anyway").next().unwrap_or(driver);
+    let reason = reason.split_once("handshake: ").map_or(reason, |(_, rest)| rest);
+    let reason = reason.split(" The SQL Server presented").next().unwrap_or(reason).trim().trim_end_matches('.');
+    format!(
+        "TLS: the server's certificate was refused ({reason}): set trust_server_certificate_ca to the PEM file of the CA that signed it, and check that the host in connection_string is a name the certificate holds (trust_server_certificate = true skips both checks: testing only)"
+    )
+}
+
 /// `text` with every non-empty secret replaced by `***`.
 pub fn redact(text: &str, secrets: &[&str]) -> String {
     secrets.iter().filter(|s| !s.is_empty()).fold(text.to_owned(), |text, secret| text.replace(secret, mssql_cdc_core::config::secret::REDACTED))
@@ -260,6 +288,16 @@ mod tests {
         };
         let text = error.to_string();
         assert!(text.contains("dbo_orders") && text.contains("0x00000000000000000010") && text.contains("0x0000000000000000001F"), "{text}");
+    }
+
+    #[test]
+    fn a_refused_certificate_names_the_setting_to_change_and_stops() {
+        let driver = "the server's certificate was rejected during the TLS handshake: invalid peer certificate: UnknownIssuer. To connect anyway you can: (1) trust a specific CA certificate with `Config::trust_cert_ca(path)`";
+        let error = SourceError::from_tiberius(tiberius::error::Error::Tls(driver.to_owned()), &[]);
+        let text = error.to_string();
+        assert!(text.contains("(invalid peer certificate: UnknownIssuer)") && text.contains("trust_server_certificate_ca"), "{text}");
+        assert!(!text.contains("Config::"), "{text}");
+        assert!(!error.is_transient());
     }
 
     #[test]

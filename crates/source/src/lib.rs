@@ -16,6 +16,7 @@
 //!
 //! See `docs/connectors/mssql-source.md`.
 
+pub mod auth;
 pub mod backfill;
 pub mod config;
 pub mod connection;

@@ -56,23 +56,31 @@ pub fn worker_toml(bootstrap: &str, extra: &str) -> String {
 }
 
 /// An `mssql-source` connector's text for `dbo_orders` on the simulator at `port` (login `sa`,
-/// password from `MSSQL_CDC_SIM_PASSWORD`), publishing under `topic_prefix`, polling every
-/// 100 ms with a 1 s heartbeat; `extra` adds options.
+/// password from `MSSQL_CDC_SIM_PASSWORD`, no TLS), publishing under `topic_prefix`, polling
+/// every 100 ms with a 1 s heartbeat; `extra` adds options.
 pub fn source_toml(name: &str, port: u16, topic_prefix: &str, extra: &str) -> String {
+    source_toml_signed_in(name, port, topic_prefix, &sql_login_toml(), extra)
+}
+
+/// The sign-in lines of the simulator's `sa` login without TLS.
+pub fn sql_login_toml() -> String {
+    format!("user = \"sa\"\npassword = {{ env = \"{}\" }}\nencrypt = \"not_supported\"\n", mssql_cdc_sim::client::PASSWORD_ENV)
+}
+
+/// [`source_toml`] with its sign-in and TLS lines (`user`, `authentication`, `encrypt`,
+/// `trust_server_certificate_ca`, ...) given by `login`.
+pub fn source_toml_signed_in(name: &str, port: u16, topic_prefix: &str, login: &str, extra: &str) -> String {
     format!(
         r#"name = "{name}"
 kind = "mssql-source"
 connection_string = "Server=127.0.0.1,{port};Database=sales"
-user = "sa"
-password = {{ env = "{env}" }}
-encrypt = "not_supported"
+{login}
 capture_instances = ["dbo_orders"]
 topic_prefix = "{topic_prefix}"
 poll_interval_ms = 100
 heartbeat_interval_ms = 1000
 {extra}
-"#,
-        env = mssql_cdc_sim::client::PASSWORD_ENV
+"#
     )
 }
 

@@ -17,6 +17,7 @@
 //! | [`compare`] | a source table's rows against silver's, column by column under each type |
 //! | [`view`] | the live view of a running pipeline, read from its metrics |
 //! | [`stats`] | latencies and percentiles for the benchmarks |
+//! | [`tls`] | a test CA and the server certificates it signs, as PEM files |
 //!
 //! It depends on the core and the simulator, never on the binary's crate, so the binary can
 //! use it (for `demo` and `bench`) and the suites can too.
@@ -44,6 +45,7 @@ pub mod sim;
 pub mod sql;
 pub mod stage;
 pub mod stats;
+pub mod tls;
 pub mod view;
 
 pub use error::{Error, Result};

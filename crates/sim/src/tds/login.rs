@@ -16,16 +16,25 @@ pub struct Login {
     pub database: String,
     /// Application name.
     pub app_name: String,
+    /// The access token of a federated sign-in (FEDAUTH feature, security-token library),
+    /// never logged; user and password are then empty.
+    pub access_token: Option<String>,
 }
 
-/// The PRELOGIN reply: version 16.0, encryption NOT_SUP, instance OK, MARS off.
-pub fn prelogin_reply() -> Vec<u8> {
-    let data: [&[u8]; 4] = [&[16, 0, 0x03, 0xE8, 0, 0], &[0x02], &[0x00], &[0x00]];
-    let tokens = [0x00u8, 0x01, 0x02, 0x04];
+/// The PRELOGIN reply: version 16.0, the negotiated `encryption` value, instance OK, MARS
+/// off, and FEDAUTHREQUIRED (0x01: the client echoes it) when the client sent that option.
+pub fn prelogin_reply(encryption: u8, fed_auth: bool) -> Vec<u8> {
+    let mut tokens = vec![0x00u8, 0x01, 0x02, 0x04];
+    let encryption = [encryption];
+    let mut data: Vec<&[u8]> = vec![&[16, 0, 0x03, 0xE8, 0, 0], &encryption, &[0x00], &[0x00]];
+    if fed_auth {
+        tokens.push(0x06);
+        data.push(&[0x01]);
+    }
     let table_len = tokens.len() * 5 + 1;
     let mut out = Vec::new();
     let mut offset = table_len;
-    for (token, item) in tokens.iter().zip(data) {
+    for (token, item) in tokens.iter().zip(&data) {
         out.push(*token);
         out.extend_from_slice(&(offset as u16).to_be_bytes());
         out.extend_from_slice(&(item.len() as u16).to_be_bytes());
@@ -38,18 +47,60 @@ pub fn prelogin_reply() -> Vec<u8> {
     out
 }
 
-/// The client's ENCRYPTION option from its PRELOGIN, if any.
-pub fn prelogin_encryption(payload: &[u8]) -> Option<u8> {
+/// The first byte of PRELOGIN option `option` (0x01 ENCRYPTION, 0x06 FEDAUTHREQUIRED) in
+/// the client's PRELOGIN, if it sent it.
+pub fn prelogin_option(payload: &[u8], option: u8) -> Option<u8> {
     let mut at = 0;
     while at + 5 <= payload.len() && payload[at] != 0xFF {
         let token = payload[at];
         let offset = usize::from(u16::from_be_bytes([payload[at + 1], payload[at + 2]]));
-        if token == 0x01 {
+        if token == option {
             return payload.get(offset).copied();
         }
         at += 5;
     }
     None
+}
+
+/// PRELOGIN's ENCRYPTION option.
+pub const PRELOGIN_ENCRYPTION: u8 = 0x01;
+/// PRELOGIN's FEDAUTHREQUIRED option.
+pub const PRELOGIN_FEDAUTHREQUIRED: u8 = 0x06;
+/// LOGIN7's FeatureExt id of federated authentication.
+const FEATURE_FEDAUTH: u8 = 0x02;
+/// FEDAUTH's library: a security token the client already holds.
+const FEDAUTH_SECURITY_TOKEN: u8 = 0x01;
+
+/// The access token in LOGIN7's FeatureExt block (`extension` is the ibExtension/cbExtension
+/// pair): the FEDAUTH feature with the security-token library.
+fn fed_auth_token(payload: &[u8], (offset, length): (usize, usize)) -> SqlResult<Option<String>> {
+    let malformed = || SqlError::new(4002, 16, "LOGIN7 FeatureExt block outside the packet");
+    if length < 4 {
+        return Ok(None);
+    }
+    let pointer = payload.get(offset..offset + 4).ok_or_else(malformed)?;
+    let start = u32::from_le_bytes([pointer[0], pointer[1], pointer[2], pointer[3]]) as usize;
+    let mut reader = Reader::new(payload.get(start..).ok_or_else(malformed)?);
+    loop {
+        let feature = reader.u8()?;
+        if feature == 0xFF {
+            return Ok(None);
+        }
+        let length = reader.u32le()? as usize;
+        let data = reader.take(length)?;
+        if feature != FEATURE_FEDAUTH {
+            continue;
+        }
+        let mut data = Reader::new(data);
+        let options = data.u8()?;
+        if options >> 1 != FEDAUTH_SECURITY_TOKEN {
+            return Err(SqlError::new(18456, 14, "Login failed: only the security-token federated authentication library is supported."));
+        }
+        let length = data.u32le()? as usize;
+        let bytes = data.take(length)?;
+        let units: Vec<u16> = bytes.chunks_exact(2).map(|p| u16::from_le_bytes([p[0], p[1]])).collect();
+        return Ok(Some(String::from_utf16_lossy(&units)));
+    }
 }
 
 fn unscramble(bytes: &[u8]) -> Vec<u8> {
@@ -75,7 +126,7 @@ pub fn parse_login7(payload: &[u8]) -> SqlResult<Login> {
     let password = field(&mut reader)?;
     let app = field(&mut reader)?;
     let _server = field(&mut reader)?;
-    let _extension = field(&mut reader)?;
+    let extension = field(&mut reader)?;
     let _library = field(&mut reader)?;
     let _language = field(&mut reader)?;
     let database = field(&mut reader)?;
@@ -94,7 +145,9 @@ pub fn parse_login7(payload: &[u8]) -> SqlResult<Login> {
         let units: Vec<u16> = plain.chunks_exact(2).map(|p| u16::from_le_bytes([p[0], p[1]])).collect();
         String::from_utf16_lossy(&units)
     };
-    Ok(Login { packet_size, user: text(user)?, password, database: text(database)?, app_name: text(app)? })
+    // OptionFlags3 (byte 27) bit fExtension: ibExtension points at the FeatureExt block.
+    let access_token = if payload.get(27).is_some_and(|flags| flags & 0x10 != 0) { fed_auth_token(payload, extension)? } else { None };
+    Ok(Login { packet_size, user: text(user)?, password, database: text(database)?, app_name: text(app)?, access_token })
 }
 
 /// Builds a LOGIN7 payload (tests use it to play a client).
@@ -148,8 +201,18 @@ mod tests {
     }
 
     #[test]
-    fn prelogin_reply_says_encryption_not_supported() {
-        let reply = prelogin_reply();
-        assert_eq!(prelogin_encryption(&reply), Some(0x02));
+    fn prelogin_reply_carries_the_negotiated_encryption_and_fedauth_only_when_asked() {
+        let reply = prelogin_reply(0x02, false);
+        assert_eq!(prelogin_option(&reply, PRELOGIN_ENCRYPTION), Some(0x02));
+        assert_eq!(prelogin_option(&reply, PRELOGIN_FEDAUTHREQUIRED), None);
+        let reply = prelogin_reply(0x03, true);
+        assert_eq!(prelogin_option(&reply, PRELOGIN_ENCRYPTION), Some(0x03));
+        assert_eq!(prelogin_option(&reply, PRELOGIN_FEDAUTHREQUIRED), Some(0x01));
+    }
+
+    #[test]
+    fn a_login_without_the_extension_flag_has_no_token() {
+        let login = parse_login7(&build_login7("sa", "x", "")).unwrap();
+        assert!(login.access_token.is_none());
     }
 }

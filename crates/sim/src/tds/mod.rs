@@ -1,20 +1,26 @@
 //! The simulator on the wire: a TDS 7.4 server that tiberius, python-tds and FreeTDS connect
 //! to (`mssql-cdc sim serve`).
 //!
-//! It answers PRELOGIN with encryption "not supported" (clients must be configured to not
-//! encrypt: tiberius `EncryptionLevel::NotSupported`), authenticates LOGIN7 against the
-//! configured SQL logins (18456 otherwise), and executes SQL batches and RPC `sp_executesql`
-//! calls with typed parameters against the shared [`Simulator`]. State lives in the serving
-//! process: clients connect, disconnect and can be killed without loss.
+//! Without a certificate it answers PRELOGIN with encryption "not supported" (clients must be
+//! configured to not encrypt: tiberius `EncryptionLevel::NotSupported`); with one
+//! ([`WireSecurity::tls`]) it negotiates encryption as SQL Server does and speaks TLS inside
+//! TDS, for the whole connection or the login packet only ([`tls`]). It authenticates LOGIN7
+//! against the configured SQL logins, or by an access token it trusts ([`token`]; 18456
+//! otherwise), and executes SQL batches and RPC `sp_executesql` calls with typed parameters
+//! against the shared [`Simulator`]. State lives in the serving process: clients connect,
+//! disconnect and can be killed without loss.
 
 pub mod login;
+pub mod tls;
+pub mod token;
 pub mod tokens;
 pub mod wire;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
@@ -53,13 +59,30 @@ pub enum TdsError {
     },
 }
 
+/// How the served simulator secures its connections and whom it lets in besides SQL logins.
+#[derive(Clone, Default)]
+pub struct WireSecurity {
+    /// The certificate it presents and the encryption it offers; `None`: encryption not
+    /// supported.
+    pub tls: Option<tls::TlsServer>,
+    /// The key whose signed access tokens it trusts for federated sign-in; `None`: token
+    /// sign-in is refused.
+    pub token_key: Option<Arc<[u8]>>,
+}
+
+impl std::fmt::Debug for WireSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireSecurity").field("tls", &self.tls).field("token_key", &self.token_key.as_ref().map(|_| "***")).finish()
+    }
+}
+
 /// A message read from the client.
 struct Message {
     kind: u8,
     payload: Vec<u8>,
 }
 
-async fn read_message(stream: &mut TcpStream, limit: usize) -> std::io::Result<Option<Message>> {
+async fn read_message<S: AsyncRead + Unpin>(stream: &mut S, limit: usize) -> std::io::Result<Option<Message>> {
     let mut payload = Vec::new();
     loop {
         let mut header = [0u8; 8];
@@ -85,7 +108,7 @@ async fn read_message(stream: &mut TcpStream, limit: usize) -> std::io::Result<O
     }
 }
 
-async fn write_message(stream: &mut TcpStream, payload: &[u8], packet_size: usize, spid: u16) -> std::io::Result<()> {
+async fn write_message<S: AsyncWrite + Unpin>(stream: &mut S, payload: &[u8], packet_size: usize, spid: u16) -> std::io::Result<()> {
     let chunk = packet_size.clamp(512, 32_767) - 8;
     let mut out = Vec::with_capacity(payload.len() + payload.len() / chunk * 8 + 8);
     let pieces: Vec<&[u8]> = if payload.is_empty() { vec![&[][..]] } else { payload.chunks(chunk).collect() };
@@ -99,12 +122,14 @@ async fn write_message(stream: &mut TcpStream, payload: &[u8], packet_size: usiz
         out.push(0);
         out.extend_from_slice(piece);
     }
-    stream.write_all(&out).await
+    stream.write_all(&out).await?;
+    stream.flush().await
 }
 
 /// Serves the simulator on `listener` until `shutdown`.
-pub async fn serve(sim: Simulator, listener: TcpListener, shutdown: CancellationToken) {
-    let connections = std::sync::Arc::new(AtomicU64::new(0));
+pub async fn serve(sim: Simulator, listener: TcpListener, security: WireSecurity, shutdown: CancellationToken) {
+    let connections = Arc::new(AtomicU64::new(0));
+    let security = Arc::new(security);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -118,9 +143,10 @@ pub async fn serve(sim: Simulator, listener: TcpListener, shutdown: Cancellation
         };
         let sim = sim.clone();
         let connections = connections.clone();
+        let security = security.clone();
         tokio::spawn(async move {
             connections.fetch_add(1, Ordering::Relaxed);
-            if let Err(error) = connection(sim, stream).await {
+            if let Err(error) = connection(sim, stream, &security).await {
                 tracing::debug!(peer = %peer, error = %error, "sim: connection ended");
             }
         });
@@ -128,16 +154,16 @@ pub async fn serve(sim: Simulator, listener: TcpListener, shutdown: Cancellation
 }
 
 /// Binds `address` and serves in the background; returns the bound address.
-pub async fn start(sim: Simulator, address: SocketAddr, shutdown: CancellationToken) -> Result<SocketAddr, TdsError> {
+pub async fn start(sim: Simulator, address: SocketAddr, security: WireSecurity, shutdown: CancellationToken) -> Result<SocketAddr, TdsError> {
     let listener = TcpListener::bind(address).await.map_err(|source| TdsError::Bind { address, source })?;
     let bound = listener.local_addr().map_err(|source| TdsError::Bind { address, source })?;
-    tokio::spawn(serve(sim, listener, shutdown));
+    tokio::spawn(serve(sim, listener, security, shutdown));
     Ok(bound)
 }
 
-async fn connection(sim: Simulator, mut stream: TcpStream) -> std::io::Result<()> {
+async fn connection(sim: Simulator, stream: TcpStream, security: &WireSecurity) -> std::io::Result<()> {
     let mut session = sim.session();
-    let result = converse(&sim, &mut stream, &mut session).await;
+    let result = open(&sim, stream, security, &mut session).await;
     // However the connection ended, its open transaction is rolled back, as SQL Server does.
     if session.tran_count() > 0 {
         let _ = run_in(&sim, &mut session, "ROLLBACK".to_owned(), Vec::new()).await;
@@ -145,53 +171,126 @@ async fn connection(sim: Simulator, mut stream: TcpStream) -> std::io::Result<()
     result
 }
 
-async fn converse(sim: &Simulator, stream: &mut TcpStream, session: &mut Session) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
+/// PRELOGIN, the TLS handshake it settles on (if any), LOGIN7, then the session.
+async fn open(sim: &Simulator, mut tcp: TcpStream, security: &WireSecurity, session: &mut Session) -> std::io::Result<()> {
+    tcp.set_nodelay(true)?;
     let spid = session.spid;
-    let mut packet_size = 4096usize;
-    let mut logged_in = false;
+    let Some(first) = read_message(&mut tcp, MAX_LOGIN_MESSAGE).await? else { return Ok(()) };
+    let offered = security.tls.as_ref().map(|server| server.mode);
+    let (negotiated, early_login) = if first.kind == PRELOGIN {
+        let asked = login::prelogin_option(&first.payload, login::PRELOGIN_ENCRYPTION);
+        let fed_auth = login::prelogin_option(&first.payload, login::PRELOGIN_FEDAUTHREQUIRED).is_some();
+        let (reply, negotiated) = tls::negotiate(asked, offered);
+        write_message(&mut tcp, &login::prelogin_reply(reply, fed_auth), 4096, spid).await?;
+        (negotiated, None)
+    } else if offered == Some(tls::ServerEncryption::Required) {
+        // Forced encryption: a login that skipped PRELOGIN is never read.
+        return Ok(());
+    } else {
+        (tls::Negotiated::None, Some(first))
+    };
+    let server = match (negotiated, &security.tls) {
+        (tls::Negotiated::None, _) | (_, None) => {
+            let message = match early_login {
+                Some(message) => message,
+                None => match read_message(&mut tcp, MAX_LOGIN_MESSAGE).await? {
+                    Some(message) => message,
+                    None => return Ok(()),
+                },
+            };
+            let Some(packet_size) = sign_in(sim, &mut tcp, message, security, spid).await? else { return Ok(()) };
+            return converse(sim, &mut tcp, session, packet_size).await;
+        }
+        (_, Some(server)) => server,
+    };
+    let mut encrypted = server.accept(tcp).await?;
+    let Some(message) = read_message(&mut encrypted, MAX_LOGIN_MESSAGE).await? else { return Ok(()) };
+    if negotiated == tls::Negotiated::LoginOnly {
+        // Login-only encryption: the reply and everything after it go in the clear.
+        let mut tcp = encrypted.into_inner().0.into_inner();
+        let Some(packet_size) = sign_in(sim, &mut tcp, message, security, spid).await? else { return Ok(()) };
+        return converse(sim, &mut tcp, session, packet_size).await;
+    }
+    let Some(packet_size) = sign_in(sim, &mut encrypted, message, security, spid).await? else { return Ok(()) };
+    converse(sim, &mut encrypted, session, packet_size).await
+}
+
+/// Answers LOGIN7: the login's packet size when it is let in, `None` (after the error the
+/// client is sent) when it is not.
+async fn sign_in<S: AsyncWrite + Unpin>(sim: &Simulator, stream: &mut S, message: Message, security: &WireSecurity, spid: u16) -> std::io::Result<Option<usize>> {
+    if message.kind != LOGIN7 {
+        return Ok(None);
+    }
+    let mut response = Response::default();
+    let login = match login::parse_login7(&message.payload) {
+        Ok(login) => login,
+        Err(error) => {
+            response.message(&error, SERVER_NAME);
+            response.done(DoneKind::Done, DONE_ERROR, 0);
+            write_message(stream, &response.bytes, 4096, spid).await?;
+            return Ok(None);
+        }
+    };
+    let database = sim.engine().with_db(|db| db.config.database.clone());
+    let refused = match &login.access_token {
+        Some(access_token) => token_refusal(security, access_token),
+        None => {
+            let accepted = sim.engine().with_db(|db| db.config.logins.iter().any(|(user, password)| *user == login.user && *password == login.password));
+            (!accepted).then(|| SqlError::login_failed(&login.user))
+        }
+    };
+    let known_database = login.database.is_empty() || login.database.eq_ignore_ascii_case(&database) || login.database.eq_ignore_ascii_case("master");
+    if refused.is_some() || !known_database {
+        if refused.is_none() {
+            response.message(&SqlError::new(4060, 11, format!("Cannot open database \"{}\" requested by the login. The login failed.", login.database)), SERVER_NAME);
+        }
+        let user = if login.access_token.is_some() { TOKEN_PRINCIPAL } else { login.user.as_str() };
+        response.message(&refused.unwrap_or_else(|| SqlError::login_failed(user)), SERVER_NAME);
+        response.done(DoneKind::Done, DONE_ERROR, 0);
+        write_message(stream, &response.bytes, 4096, spid).await?;
+        return Ok(None);
+    }
+    let packet_size = if login.packet_size == 0 { 4096 } else { (login.packet_size as usize).clamp(512, 32_767) };
+    let current = if login.database.is_empty() { database.clone() } else { login.database.clone() };
+    response.env_text(1, &current, "master");
+    response.message(&SqlError { number: 5701, state: 2, class: 0, message: format!("Changed database context to '{current}'."), blocked_by: None }, SERVER_NAME);
+    response.env_collation();
+    response.env_text(2, "us_english", "");
+    response.login_ack();
+    if login.access_token.is_some() {
+        response.fed_auth_ack();
+    }
+    response.env_text(4, &packet_size.to_string(), "4096");
+    response.done(DoneKind::Done, 0, 0);
+    write_message(stream, &response.bytes, 4096, spid).await?;
+    Ok(Some(packet_size))
+}
+
+/// How SQL Server names the login of a token sign-in in its errors.
+const TOKEN_PRINCIPAL: &str = "<token-identified principal>";
+
+/// Why an access token is not let in, if it is not (error 18456, the reason after it).
+fn token_refusal(security: &WireSecurity, access_token: &str) -> Option<SqlError> {
+    let now = chrono::Utc::now().timestamp();
+    let reason = match &security.token_key {
+        None => "This server trusts no access tokens.".to_owned(),
+        Some(key) => match token::verify(key, access_token, now) {
+            Ok(principal) => {
+                tracing::debug!(principal = %principal, "sim: token sign-in");
+                return None;
+            }
+            Err(refused) => format!("{refused}."),
+        },
+    };
+    Some(SqlError::new(18456, 14, format!("Login failed for user '{TOKEN_PRINCIPAL}'. {reason}")))
+}
+
+/// The session after login: requests and their responses until the client leaves.
+async fn converse<S: AsyncRead + AsyncWrite + Unpin>(sim: &Simulator, stream: &mut S, session: &mut Session, packet_size: usize) -> std::io::Result<()> {
+    let spid = session.spid;
     let mut tran_descriptor: u64 = 0;
-    while let Some(message) = read_message(stream, if logged_in { MAX_MESSAGE } else { MAX_LOGIN_MESSAGE }).await? {
+    while let Some(message) = read_message(stream, MAX_MESSAGE).await? {
         match message.kind {
-            PRELOGIN if !logged_in => {
-                write_message(stream, &login::prelogin_reply(), 4096, spid).await?;
-            }
-            LOGIN7 if !logged_in => {
-                let mut response = Response::default();
-                let login = match login::parse_login7(&message.payload) {
-                    Ok(login) => login,
-                    Err(error) => {
-                        response.message(&error, SERVER_NAME);
-                        response.done(DoneKind::Done, DONE_ERROR, 0);
-                        write_message(stream, &response.bytes, 4096, spid).await?;
-                        return Ok(());
-                    }
-                };
-                let database = sim.engine().with_db(|db| db.config.database.clone());
-                let accepted = sim.engine().with_db(|db| db.config.logins.iter().any(|(user, password)| *user == login.user && *password == login.password));
-                let known_database = login.database.is_empty() || login.database.eq_ignore_ascii_case(&database) || login.database.eq_ignore_ascii_case("master");
-                if !accepted || !known_database {
-                    if accepted {
-                        response.message(&SqlError::new(4060, 11, format!("Cannot open database \"{}\" requested by the login. The login failed.", login.database)), SERVER_NAME);
-                    }
-                    response.message(&SqlError::login_failed(&login.user), SERVER_NAME);
-                    response.done(DoneKind::Done, DONE_ERROR, 0);
-                    write_message(stream, &response.bytes, 4096, spid).await?;
-                    return Ok(());
-                }
-                packet_size = if login.packet_size == 0 { 4096 } else { (login.packet_size as usize).clamp(512, 32_767) };
-                let current = if login.database.is_empty() { database.clone() } else { login.database.clone() };
-                response.env_text(1, &current, "master");
-                response.message(&SqlError { number: 5701, state: 2, class: 0, message: format!("Changed database context to '{current}'."), blocked_by: None }, SERVER_NAME);
-                response.env_collation();
-                response.env_text(2, "us_english", "");
-                response.login_ack();
-                response.env_text(4, &packet_size.to_string(), "4096");
-                response.done(DoneKind::Done, 0, 0);
-                write_message(stream, &response.bytes, 4096, spid).await?;
-                logged_in = true;
-            }
-            _ if !logged_in => return Ok(()),
             SQL_BATCH => {
                 let sql = match skip_headers(&message.payload) {
                     Ok(rest) => {
@@ -291,7 +390,7 @@ fn old_plus_one(old: [u8; 8]) -> u64 {
     u64::from_le_bytes(old).wrapping_add(1).max(1)
 }
 
-async fn drop_mid_response(stream: &mut TcpStream, spid: u16) -> std::io::Result<()> {
+async fn drop_mid_response<S: AsyncWrite + Unpin>(stream: &mut S, spid: u16) -> std::io::Result<()> {
     // A packet without end-of-message, then nothing: the client sees the connection drop
     // in the middle of a result.
     let mut packet = vec![REPLY, 0x00, 0x00, 0x08];
@@ -301,7 +400,7 @@ async fn drop_mid_response(stream: &mut TcpStream, spid: u16) -> std::io::Result
     stream.shutdown().await
 }
 
-async fn send_error(stream: &mut TcpStream, error: &SqlError, packet_size: usize, spid: u16, kind: DoneKind) -> std::io::Result<()> {
+async fn send_error<S: AsyncWrite + Unpin>(stream: &mut S, error: &SqlError, packet_size: usize, spid: u16, kind: DoneKind) -> std::io::Result<()> {
     let mut response = Response::default();
     response.message(error, SERVER_NAME);
     response.done(kind, DONE_ERROR, 0);

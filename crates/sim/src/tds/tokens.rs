@@ -102,6 +102,13 @@ impl Response {
         self.bytes.extend_from_slice(&body);
     }
 
+    /// FEATUREEXTACK acknowledging federated authentication (no nonce), then its terminator.
+    pub fn fed_auth_ack(&mut self) {
+        self.bytes.extend_from_slice(&[0xAE, 0x02]);
+        self.bytes.u32le(0);
+        self.bytes.push(0xFF);
+    }
+
     /// RETURNSTATUS.
     pub fn return_status(&mut self, status: i32) {
         self.bytes.push(0x79);

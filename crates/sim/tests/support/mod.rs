@@ -98,7 +98,7 @@ impl SimServer {
         let (sender, answer) = std::sync::mpsc::channel();
         let serving = shutdown.clone();
         runtime.spawn(async move {
-            let _ = sender.send(mssql_cdc_sim::tds::start(Simulator::new(config), listen, serving).await);
+            let _ = sender.send(mssql_cdc_sim::tds::start(Simulator::new(config), listen, mssql_cdc_sim::tds::WireSecurity::default(), serving).await);
         });
         let address = answer.recv().unwrap().unwrap();
         Self { runtime: Some(runtime), shutdown, address }
