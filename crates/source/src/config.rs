@@ -551,6 +551,7 @@ impl MssqlSourceOptions {
             token_refresh_margin_s: self.token_refresh_margin_s,
             entra_id: &self.entra_id,
             encrypt: self.encrypt,
+            trust_any_certificate: self.trust_server_certificate,
             connection_names_user: self.connection_string.as_ref().is_some_and(|c| c.has_any(USER_KEYS)),
         }
         .validate(problems);

@@ -67,14 +67,16 @@ impl Connector {
     }
 
     /// Opens a new connection, within `connect_timeout`; with token sign-in, with a token
-    /// fetched (or still fresh) for it.
+    /// fetched (or still fresh) for it first.
     pub async fn connect(&self) -> Result<TdsClient, SourceError> {
+        // The token first, bounded by its own source's timeouts (token_command_timeout_s, the
+        // identity endpoints' 30 s), so a slow token is named as such, not as a slow server.
+        let token = match &self.tokens {
+            Some(tokens) => Some(tokens.token().await?),
+            None => None,
+        };
         let attempt = async {
             let mut config = self.config.clone();
-            let token = match &self.tokens {
-                Some(tokens) => Some(tokens.token().await?),
-                None => None,
-            };
             if let Some(token) = &token {
                 config.authentication(AuthMethod::aad_token(token.expose()));
             }

@@ -200,7 +200,7 @@ impl SourceError {
                 return Self::Sql { message: redact(&certificate_refused(message), secrets), code: None, transient: false };
             }
             E::Protocol(message) if message.contains("encryption level") => {
-                let message = "the server does not offer the encryption `encrypt` asks for: install a certificate on the server (SQL Server Configuration Manager), or set encrypt = \"off\" or \"not_supported\" where the network is trusted";
+                let message = "the server does not offer the encryption `encrypt` asks for: install a certificate on the server (SQL Server Configuration Manager), or, with a SQL login on a trusted network only, set encrypt = \"not_supported\"";
                 return Self::Sql { message: message.to_owned(), code: None, transient: false };
             }
             E::Io { .. } | E::Tls(_) | E::Routing { .. } => (None, true),

@@ -210,6 +210,42 @@ mod tests {
         assert_eq!(prelogin_option(&reply, PRELOGIN_FEDAUTHREQUIRED), Some(0x01));
     }
 
+    /// `login7` with a FeatureExt block holding FEDAUTH with `library` and `token`, its
+    /// declared token length `declared` (to plant a truncation).
+    fn with_fed_auth(mut login7: Vec<u8>, library: u8, token: &str, declared: Option<u32>) -> Vec<u8> {
+        let pointer_at = login7.len();
+        login7[56..58].copy_from_slice(&(pointer_at as u16).to_le_bytes());
+        login7[58..60].copy_from_slice(&4u16.to_le_bytes());
+        login7[27] |= 0x10;
+        login7.u32le((pointer_at + 4) as u32);
+        let mut utf16 = Vec::new();
+        utf16.utf16(token);
+        login7.push(FEATURE_FEDAUTH);
+        login7.u32le((1 + 4 + utf16.len()) as u32);
+        login7.push(library << 1);
+        login7.u32le(declared.unwrap_or(utf16.len() as u32));
+        login7.extend_from_slice(&utf16);
+        login7.push(0xFF);
+        let total = login7.len() as u32;
+        login7[..4].copy_from_slice(&total.to_le_bytes());
+        login7
+    }
+
+    #[test]
+    fn a_fedauth_token_is_read_from_the_feature_extension_and_bad_blocks_are_refused() {
+        let login = parse_login7(&with_fed_auth(build_login7("", "", "sales"), FEDAUTH_SECURITY_TOKEN, "eyJ.token.sig", None)).unwrap();
+        assert_eq!(login.access_token.as_deref(), Some("eyJ.token.sig"));
+        // A token longer than its block, and another authentication library, are refused.
+        assert!(parse_login7(&with_fed_auth(build_login7("", "", ""), FEDAUTH_SECURITY_TOKEN, "abc", Some(4096))).is_err());
+        let other = parse_login7(&with_fed_auth(build_login7("", "", ""), 0x02, "abc", None)).err().unwrap();
+        assert_eq!(other.number, 18456);
+        // A pointer past the packet.
+        let mut broken = with_fed_auth(build_login7("", "", ""), FEDAUTH_SECURITY_TOKEN, "abc", None);
+        let at = usize::from(u16::from_le_bytes([broken[56], broken[57]]));
+        broken[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(parse_login7(&broken).is_err());
+    }
+
     #[test]
     fn a_login_without_the_extension_flag_has_no_token() {
         let login = parse_login7(&build_login7("sa", "x", "")).unwrap();

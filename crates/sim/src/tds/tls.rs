@@ -92,12 +92,16 @@ impl TlsServer {
         let private = rustls_pemfile::private_key(&mut read(key)?.as_slice())
             .map_err(|error| format!("`{}` is not a PEM private key: {error}", key.display()))?
             .ok_or_else(|| format!("`{}` holds no private key", key.display()))?;
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_protocol_versions(&[&rustls::version::TLS12])
             .map_err(|error| error.to_string())?
             .with_no_client_auth()
             .with_single_cert(certs, private)
             .map_err(|error| format!("certificate and key do not form a server identity: {error}"))?;
+        // No session resumption: in an abbreviated handshake the server's Finished comes first
+        // and the client's LOGIN7 follows its own Finished at once, bare, while the framing is
+        // still on. Every connection gets a full handshake, as the framing expects.
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         Ok(Self { acceptor: TlsAcceptor::from(Arc::new(config)), mode })
     }
 

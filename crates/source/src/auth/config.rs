@@ -41,11 +41,11 @@ pub struct EntraIdOptions {
     /// The application's client secret: a string, `{ env = "VAR" }` or `{ file = "/path" }`.
     /// Required for `service_principal`. Redacted.
     pub client_secret: Option<Secret>,
-    /// The sign-in authority. Default `https://login.microsoftonline.com` (other clouds:
-    /// e.g. `https://login.microsoftonline.us`).
+    /// The sign-in authority, https (http only to localhost). Default
+    /// `https://login.microsoftonline.com` (other clouds: e.g. `https://login.microsoftonline.us`).
     pub authority_host: Option<String>,
     /// The managed-identity token endpoint. Default: `IDENTITY_ENDPOINT` with
-    /// `IDENTITY_HEADER` when the host sets them (App Service, Container Apps, Arc), else the
+    /// `IDENTITY_HEADER` when the host sets them (App Service, Container Apps), else the
     /// instance metadata service `http://169.254.169.254/metadata/identity/oauth2/token`.
     pub identity_endpoint: Option<String>,
     /// The resource the token is for. Default `https://database.windows.net/` (Azure SQL and
@@ -125,6 +125,8 @@ pub struct SignInOptions<'a> {
     pub entra_id: &'a EntraIdOptions,
     /// `encrypt`.
     pub encrypt: Encrypt,
+    /// `trust_server_certificate`.
+    pub trust_any_certificate: bool,
     /// Whether the connection string names a user.
     pub connection_names_user: bool,
 }
@@ -142,6 +144,9 @@ impl SignInOptions<'_> {
             }
             if matches!(self.encrypt, Encrypt::Off | Encrypt::NotSupported) {
                 problems.invalid("encrypt", "leaves the connection unencrypted, and an access token is a bearer credential", "encrypt = \"required\" (or \"on\") with token sign-in");
+            }
+            if self.trust_any_certificate {
+                problems.invalid("trust_server_certificate", "would hand a bearer token to a server whose certificate is not checked", "trust_server_certificate_ca with the CA that signed the server's certificate");
             }
         }
         self.unused(problems);
@@ -180,7 +185,7 @@ impl SignInOptions<'_> {
                 problems.require("entra_id.client_id", &entra.client_id, "the application (client) id");
                 problems.require("entra_id.client_secret", &entra.client_secret, "{ env = \"AZURE_CLIENT_SECRET\" } or { file = \"/run/secrets/client-secret\" }");
                 let authority = entra.authority_host.clone().unwrap_or_else(|| DEFAULT_AUTHORITY.to_owned());
-                check_url(problems, "entra_id.authority_host", &authority);
+                check_authority(problems, "entra_id.authority_host", &authority);
                 match (&entra.tenant_id, &entra.client_id, &entra.client_secret) {
                     (Some(tenant_id), Some(client_id), Some(client_secret)) => Authentication::ServicePrincipal {
                         authority: authority.trim_end_matches('/').to_owned(),
@@ -220,6 +225,14 @@ fn check_url(problems: &mut Problems, key: &str, value: &str) {
     }
 }
 
+/// The authority receives the client secret: https, or http to this host only (tests).
+fn check_authority(problems: &mut Problems, key: &str, value: &str) {
+    let loopback = value.strip_prefix("http://").and_then(|rest| rest.split(['/', ':']).next()).is_some_and(|host| matches!(host, "localhost" | "127.0.0.1"));
+    if !(value.starts_with("https://") || loopback) {
+        problems.invalid(key, format!("`{value}` is not an https URL, and the client secret is sent there"), "an https URL such as https://login.microsoftonline.com (http only to localhost or 127.0.0.1)");
+    }
+}
+
 fn kind_name(kind: AuthenticationKind) -> &'static str {
     match kind {
         AuthenticationKind::SqlPassword => "sql_password",
@@ -246,6 +259,7 @@ mod tests {
             token_refresh_margin_s: 300,
             entra_id: &NONE,
             encrypt: Encrypt::Required,
+            trust_any_certificate: false,
             connection_names_user: false,
         }
     }
@@ -271,11 +285,12 @@ mod tests {
             has_password: true,
             access_token: Some(&secret),
             encrypt: Encrypt::NotSupported,
+            trust_any_certificate: true,
             connection_names_user: true,
             ..options(AuthenticationKind::AccessToken)
         });
         assert!(settings.is_none());
-        assert_eq!(problems, ["user", "password", "connection_string", "encrypt"]);
+        assert_eq!(problems, ["user", "password", "connection_string", "encrypt", "trust_server_certificate"]);
     }
 
     #[test]
@@ -302,6 +317,10 @@ mod tests {
         };
         let (settings, problems) = keys(&SignInOptions { entra_id: &entra, ..options(AuthenticationKind::ServicePrincipal) });
         assert!(problems.is_empty(), "{problems:?}");
+        for (authority, ok) in [("http://login.example", false), ("http://127.0.0.1:8080", true), ("ftp://x", false)] {
+            let entra = EntraIdOptions { authority_host: Some(authority.into()), ..entra.clone() };
+            assert_eq!(keys(&SignInOptions { entra_id: &entra, ..options(AuthenticationKind::ServicePrincipal) }).1.is_empty(), ok, "{authority}");
+        }
         let Authentication::ServicePrincipal { authority, resource, .. } = settings.unwrap().authentication else { panic!("a service principal") };
         assert_eq!((authority.as_str(), resource.as_str()), ("https://login.example", SQL_RESOURCE));
     }

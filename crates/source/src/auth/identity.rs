@@ -14,8 +14,12 @@ const IMDS: &str = "http://169.254.169.254/metadata/identity/oauth2/token";
 /// How long one token request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn client() -> Result<reqwest::Client, SourceError> {
-    reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build().map_err(|error| SourceError::Token { message: format!("HTTP client: {error}"), transient: false })
+/// An HTTP client; `direct`: past any `HTTP(S)_PROXY` (the instance metadata service answers
+/// on the host itself only).
+fn client(direct: bool) -> Result<reqwest::Client, SourceError> {
+    let builder = reqwest::Client::builder().timeout(REQUEST_TIMEOUT);
+    let builder = if direct { builder.no_proxy() } else { builder };
+    builder.build().map_err(|error| SourceError::Token { message: format!("HTTP client: {error}"), transient: false })
 }
 
 /// A token of the host's managed identity for `resource`.
@@ -30,7 +34,7 @@ pub async fn managed_identity(client_id: Option<&str>, endpoint: Option<&str>, r
     if let Some(client_id) = client_id {
         query.push(("client_id", client_id));
     }
-    let request = client()?.get(&url).query(&query).header(header.0, header.1);
+    let request = client(url == IMDS)?.get(&url).query(&query).header(header.0, header.1);
     answer("managed identity", &url, request).await
 }
 
@@ -40,7 +44,7 @@ pub async fn service_principal(authority: &str, tenant_id: &str, client_id: &str
     let url = format!("{authority}/{tenant_id}/oauth2/v2.0/token");
     let scope = format!("{}/.default", resource.trim_end_matches('/'));
     let form = [("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", secret.expose()), ("scope", scope.as_str())];
-    let request = client()?.post(&url).form(&form);
+    let request = client(false)?.post(&url).form(&form);
     answer("service principal", &url, request).await
 }
 
@@ -54,7 +58,9 @@ async fn answer(what: &str, url: &str, request: reqwest::RequestBuilder) -> Resu
     let json: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     if !status.is_success() {
         let reason = json.get("error_description").or_else(|| json.get("error")).and_then(|v| v.as_str()).unwrap_or("no reason given");
-        let transient = status.is_server_error() || status.as_u16() == 429;
+        // 429 throttled; 404 and 410 while the metadata service is still provisioning the
+        // identity (its documented retry cases).
+        let transient = status.is_server_error() || matches!(status.as_u16(), 404 | 410 | 429);
         return Err(failed(format!("HTTP {status}: {reason}"), transient));
     }
     let token = json.get("access_token").and_then(|v| v.as_str()).ok_or_else(|| failed("the answer holds no access_token".to_owned(), false))?;
@@ -79,11 +85,14 @@ mod tests {
             let mut buffer = [0u8; 4096];
             loop {
                 let read = socket.read(&mut buffer).await.unwrap();
+                if read == 0 {
+                    break;
+                }
                 request.extend_from_slice(&buffer[..read]);
                 let text = String::from_utf8_lossy(&request);
                 let Some(end) = text.find("\r\n\r\n") else { continue };
                 let length = text.lines().find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|n| n.trim().parse::<usize>().unwrap())).unwrap_or(0);
-                if request.len() >= end + 4 + length || read == 0 {
+                if request.len() >= end + 4 + length {
                     break;
                 }
             }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use mssql_cdc_core::config::secret::SecretString;
+use mssql_cdc_core::config::secret::{Secret, SecretString};
 
 use self::config::{Authentication, TokenSettings};
 use crate::error::SourceError;
@@ -60,7 +60,15 @@ pub struct TokenProvider {
 
 impl std::fmt::Debug for TokenProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenProvider").field("authentication", &self.authentication).finish_non_exhaustive()
+        // Not the settings: a command's arguments may hold a secret.
+        let kind = match &self.authentication {
+            Authentication::SqlPassword => "sql_password",
+            Authentication::AccessToken(_) => "access_token",
+            Authentication::TokenCommand { .. } => "token_command",
+            Authentication::ManagedIdentity { .. } => "managed_identity",
+            Authentication::ServicePrincipal { .. } => "service_principal",
+        };
+        f.debug_struct("TokenProvider").field("authentication", &kind).finish_non_exhaustive()
     }
 }
 
@@ -73,11 +81,20 @@ impl TokenProvider {
     /// A token for a new connection.
     pub async fn token(&self) -> Result<SecretString, SourceError> {
         if let Authentication::AccessToken(secret) = &self.authentication {
-            let token = secret.resolve().map_err(|error| SourceError::Token { message: format!("access_token: {error}"), transient: true })?;
-            if token.expose().trim().is_empty() {
-                return Err(SourceError::Token { message: "access_token: the secret is empty".to_owned(), transient: true });
+            // A file may be between two writes of its rotation: asked again later. A variable
+            // cannot change in a running process: final.
+            let rotating = matches!(secret, Secret::File(_));
+            let token = secret.resolve().map_err(|error| SourceError::Token { message: format!("access_token: {error}"), transient: rotating })?;
+            let token = token.expose().trim();
+            if token.is_empty() {
+                return Err(SourceError::Token { message: "access_token: the secret is empty".to_owned(), transient: rotating });
             }
-            return Ok(SecretString::new(token.expose().trim().to_owned()));
+            let now = chrono::Utc::now().timestamp();
+            if let Some(expired) = jwt_expiry(token).filter(|at| *at <= now) {
+                let message = format!("access_token: the token expired at {expired} (Unix seconds, now {now}); waiting for its rotation");
+                return Err(SourceError::Token { message, transient: rotating });
+            }
+            return Ok(SecretString::new(token.to_owned()));
         }
         let mut cache = self.cache.lock().await;
         let now = chrono::Utc::now().timestamp();
