@@ -16,6 +16,7 @@ mod backfill;
 mod broker;
 mod bronze;
 mod cli;
+mod debezium;
 mod deploy;
 mod pipeline;
 mod reconcile;

@@ -250,7 +250,7 @@ pub(super) async fn raw_producer_baseline(kafka: &KafkaConfig, topic: &str) -> a
     raw.ensure_topics(&raw_topic, 3, &format!("{raw_topic}.control")).await?;
     let started = Instant::now();
     raw.begin();
-    raw.queue(move |producer, set| records.iter().try_for_each(|(key, value)| producer.send_in(set, &raw_topic, key, value))).await?;
+    raw.queue(move |producer, set| records.iter().try_for_each(|(key, value)| producer.send_in(set, &raw_topic, key, Some(value)))).await?;
     let acked: u64 = raw.finish().await?.iter().map(|p| p.records).sum();
     let secs = started.elapsed().as_secs_f64();
     Ok((count, acked, secs, bytes))
@@ -270,7 +270,7 @@ pub(super) async fn parquet_baseline(kafka: &KafkaConfig, topic: &str, dir: &std
     let data: Vec<DataRecord> = records.into_iter().enumerate().map(|(i, (_, value))| DataRecord { partition: 0, offset: i as i64, value }).collect();
     let mut arrow_batches = Vec::new();
     for chunk in data.chunks(10_000) {
-        let decoded = decode(schema, chunk, None, 0, "0x", "0xFFFFFFFFFFFFFFFFFFFFF");
+        let decoded = decode(schema, chunk, None, mssql_cdc_core::log::Envelope::Native, 0, "0x", "0xFFFFFFFFFFFFFFFFFFFFF");
         anyhow::ensure!(decoded.bad.is_empty(), "baseline decode failed: {:?}", decoded.bad.first().map(|b| &b.1));
         arrow_batches.extend(decoded.batch);
     }

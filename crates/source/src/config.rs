@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use mssql_cdc_core::config::problem::Problems;
 use mssql_cdc_core::config::secret::{Secret, REDACTED};
 use mssql_cdc_core::kafka::config::Properties;
-use mssql_cdc_core::log::format::{validate_format, Encoding, RecordFormat, SchemaRegistryConfig};
+use mssql_cdc_core::log::debezium::event::EventSettings;
+use mssql_cdc_core::log::format::{validate_format, Encoding, Envelope, RecordFormat, SchemaRegistryConfig};
 use mssql_cdc_core::log::topic::{is_valid_topic, TOPIC_FORM};
 use mssql_cdc_core::log::control::SnapshotMode;
 use mssql_cdc_core::log::ColumnType;
@@ -19,7 +20,8 @@ use mssql_cdc_core::stage::{ConnectorKind, Stage, StageContext, StageError};
 use mssql_cdc_types::lsn::Lsn;
 use mssql_cdc_types::timezone::ServerZone;
 
-use crate::auth::config::{AuthenticationKind, EntraIdOptions, SignInOptions, TokenSettings};
+use crate::auth::config::{AuthenticationKind, EntraIdOptions};
+pub use crate::auth::login::{Encrypt, Login, ServerTrust};
 use crate::backfill::config::{BackfillOptions, BackfillSettings};
 
 /// Options of `mssql-source`. Names follow the reference library's, in snake_case.
@@ -70,6 +72,12 @@ pub struct MssqlSourceOptions {
     pub format: RecordFormat,
     /// Schema registry, required with `format = "avro"`.
     pub schema_registry: Option<SchemaRegistryConfig>,
+    /// Shape of data records: `native` (default: the changed row with the log's
+    /// `_`-prefixed metadata) or `debezium` (Debezium's SQL Server change events, JSON only;
+    /// `[debezium]`, docs/debezium.md).
+    pub envelope: Envelope,
+    /// With `envelope = "debezium"`: how events are written.
+    pub debezium: DebeziumOptions,
     /// At most this many commits per batch (counted in `cdc.lsn_time_mapping`). Default:
     /// unlimited. Must be positive.
     pub max_commits_per_batch: Option<u64>,
@@ -161,6 +169,8 @@ impl Default for MssqlSourceOptions {
             topic_prefix: None,
             format: RecordFormat::Json,
             schema_registry: None,
+            envelope: Envelope::Native,
+            debezium: DebeziumOptions::default(),
             max_commits_per_batch: None,
             starting_lsn: None,
             fail_on_data_loss: None,
@@ -188,20 +198,25 @@ impl Default for MssqlSourceOptions {
     }
 }
 
-/// TLS mode of the SQL Server connection.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Encrypt {
-    /// Encrypt everything; fail if the server cannot.
-    #[default]
-    Required,
-    /// Encrypt everything if the server can.
-    On,
-    /// Encrypt the login packet only.
-    Off,
-    /// No TLS at all (the simulator, local testing).
-    NotSupported,
+/// `[debezium]`: how Debezium events are written.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DebeziumOptions {
+    /// Wrap keys and values as Kafka Connect's JSON converter does with `schemas.enable =
+    /// true` (`{"schema": ..., "payload": ...}`); `false` writes the bare payload. Default
+    /// `true`.
+    pub schemas: bool,
+    /// Follow every delete with a tombstone (its key, a null value), as Debezium's
+    /// `tombstones.on.delete`, so a compacted topic forgets deleted keys. Default `true`.
+    pub tombstones: bool,
 }
+
+impl Default for DebeziumOptions {
+    fn default() -> Self {
+        Self { schemas: true, tombstones: true }
+    }
+}
+
 
 /// What the source does when CDC cleanup purged changes it has not read (`on_data_loss`).
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -273,6 +288,8 @@ pub struct MssqlSourceSettings {
     pub topic_prefix: String,
     /// Encoding of data records, with the registry for Avro.
     pub encoding: Encoding,
+    /// With the Debezium envelope: how its events are written; `None`: native records.
+    pub debezium: Option<EventSettings>,
     /// At most this many commits per batch (positive); `None`: unlimited.
     pub max_commits_per_batch: Option<u64>,
     /// Where a new stream starts.
@@ -302,36 +319,6 @@ pub struct MssqlSourceSettings {
     pub topic_partitions: i32,
     /// librdkafka producer properties passed through (no worker-owned keys).
     pub producer_properties: Properties,
-}
-
-/// How to reach and log in to SQL Server.
-#[derive(Clone, Debug)]
-pub struct Login {
-    /// The connection string (names a server; holds no password).
-    pub connection_string: ConnectionString,
-    /// SQL login name, unless the connection string names it (or none is used).
-    pub user: Option<String>,
-    /// Its password (only with `user`).
-    pub password: Option<Secret>,
-    /// Login timeout.
-    pub connect_timeout: Duration,
-    /// TLS mode.
-    pub encrypt: Encrypt,
-    /// Which server certificates are trusted.
-    pub trust: ServerTrust,
-    /// Token sign-in, when `authentication` asks for it.
-    pub tokens: TokenSettings,
-}
-
-/// Which server certificates the source trusts.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ServerTrust {
-    /// Those the system's trust store vouches for.
-    System,
-    /// Any (testing only).
-    Any,
-    /// Those signed by the CA in this PEM file.
-    Ca(PathBuf),
 }
 
 /// Where a new stream starts (`starting_lsn`).
@@ -407,7 +394,7 @@ impl ConnectionString {
         })
     }
 
-    fn has_any(&self, keys: &[&str]) -> bool {
+    pub(crate) fn has_any(&self, keys: &[&str]) -> bool {
         self.pairs().any(|(key, _)| keys.contains(&key.as_str()))
     }
 }
@@ -428,9 +415,9 @@ impl fmt::Debug for ConnectionString {
     }
 }
 
-const SERVER_KEYS: &[&str] = &["server", "data source", "address", "addr", "network address"];
-const PASSWORD_KEYS: &[&str] = &["password", "pwd"];
-const USER_KEYS: &[&str] = &["user id", "uid", "user"];
+pub(crate) const SERVER_KEYS: &[&str] = &["server", "data source", "address", "addr", "network address"];
+pub(crate) const PASSWORD_KEYS: &[&str] = &["password", "pwd"];
+pub(crate) const USER_KEYS: &[&str] = &["user id", "uid", "user"];
 /// Producer settings the source owns or that would weaken its guarantees.
 const RESERVED_PRODUCER_PROPERTIES: &[&str] =
     &["bootstrap.servers", "security.protocol", "sasl.password", "enable.idempotence", "acks", "transactional.id"];
@@ -481,11 +468,13 @@ impl ConnectorKind for MssqlSourceOptions {
         }
         let columns = self.column_choices(problems);
         self.check_counts(problems);
+        let debezium = self.debezium_settings(problems);
         Some(MssqlSourceSettings {
             login: login?,
             capture_instances: self.capture_instances,
             topic_prefix: topic_prefix?,
             encoding: encoding?,
+            debezium: debezium?,
             max_commits_per_batch: self.max_commits_per_batch,
             starting_lsn: starting_lsn?,
             on_data_loss: on_data_loss?,
@@ -505,65 +494,23 @@ impl ConnectorKind for MssqlSourceOptions {
 }
 
 impl MssqlSourceOptions {
-    /// The connection string, login and TLS options.
-    fn login(&self, problems: &mut Problems) -> Option<Login> {
-        let connection_string = match &self.connection_string {
-            None => {
-                problems.missing("connection_string", "\"Server=host,1433;Database=db\"");
+    /// The Debezium envelope's settings: `Some(None)` for native records, `None` after a
+    /// problem.
+    fn debezium_settings(&self, problems: &mut Problems) -> Option<Option<EventSettings>> {
+        match self.envelope {
+            Envelope::Native => {
+                if self.debezium != DebeziumOptions::default() {
+                    problems.invalid("debezium", "is set but envelope = \"native\"", "envelope = \"debezium\", or remove [debezium]");
+                    return None;
+                }
+                Some(None)
+            }
+            Envelope::Debezium if self.format == RecordFormat::Avro => {
+                problems.invalid("format", "avro is not written with the Debezium envelope (JSON only for now)", "format = \"json\" with envelope = \"debezium\"");
                 None
             }
-            Some(connection) => {
-                let before = problems.len();
-                if !connection.has_any(SERVER_KEYS) {
-                    problems.invalid("connection_string", "names no server", "a Server=host[,port] part");
-                }
-                if connection.has_any(PASSWORD_KEYS) {
-                    problems.invalid("connection_string", "holds a password", "the password in `password`, not in the connection string");
-                }
-                if connection.has_any(USER_KEYS) && self.user.is_some() {
-                    problems.invalid("connection_string", "names a user and so does `user`", "the login given once, in `user`");
-                }
-                (problems.len() == before).then(|| connection.clone())
-            }
-        };
-        if self.password.is_some() && self.user.is_none() {
-            problems.missing("user", "the login name that goes with password");
+            Envelope::Debezium => Some(Some(EventSettings { schemas: self.debezium.schemas, tombstones: self.debezium.tombstones })),
         }
-        let trust = match (self.trust_server_certificate, &self.trust_server_certificate_ca) {
-            (true, Some(_)) => {
-                problems.invalid("trust_server_certificate", "set together with trust_server_certificate_ca", "one of the two");
-                None
-            }
-            (true, None) => Some(ServerTrust::Any),
-            (false, Some(ca)) => Some(ServerTrust::Ca(ca.clone())),
-            (false, None) => Some(ServerTrust::System),
-        };
-        if self.connect_timeout == 0 {
-            problems.invalid("connect_timeout", "zero", "a positive number of seconds");
-        }
-        let tokens = SignInOptions {
-            kind: self.authentication,
-            user: self.user.as_deref(),
-            has_password: self.password.is_some(),
-            access_token: self.access_token.as_ref(),
-            token_command: &self.token_command,
-            token_command_timeout_s: self.token_command_timeout_s,
-            token_refresh_margin_s: self.token_refresh_margin_s,
-            entra_id: &self.entra_id,
-            encrypt: self.encrypt,
-            trust_any_certificate: self.trust_server_certificate,
-            connection_names_user: self.connection_string.as_ref().is_some_and(|c| c.has_any(USER_KEYS)),
-        }
-        .validate(problems);
-        Some(Login {
-            connection_string: connection_string?,
-            user: self.user.clone(),
-            password: self.password.clone(),
-            connect_timeout: Duration::from_secs(self.connect_timeout),
-            encrypt: self.encrypt,
-            trust: trust?,
-            tokens: tokens?,
-        })
     }
 
     /// `on_data_loss`, or its older spelling `fail_on_data_loss`; both only when they agree.
@@ -697,6 +644,18 @@ mod tests {
         let mut problems = Problems::under("");
         options.clone().validate(&mut problems);
         problems.into_vec().into_iter().map(|problem| problem.key).collect()
+    }
+
+    #[test]
+    fn the_debezium_envelope_is_json_only_and_its_table_needs_it() {
+        let debezium = MssqlSourceOptions { envelope: Envelope::Debezium, debezium: DebeziumOptions { schemas: false, tombstones: true }, ..valid() };
+        let settings = debezium.clone().validate(&mut Problems::under("")).unwrap();
+        assert_eq!(settings.debezium, Some(EventSettings { schemas: false, tombstones: true }));
+        assert!(valid().validate(&mut Problems::under("")).unwrap().debezium.is_none());
+        let avro = MssqlSourceOptions { format: RecordFormat::Avro, schema_registry: Some(SchemaRegistryConfig { url: Some("http://r:8081".into()), ..SchemaRegistryConfig::default() }), ..debezium };
+        assert_eq!(problem_keys(&avro), ["format"]);
+        let stray = MssqlSourceOptions { debezium: DebeziumOptions { schemas: false, tombstones: true }, ..valid() };
+        assert_eq!(problem_keys(&stray), ["debezium"]);
     }
 
     /// Invariant: validation yields settings with defaults applied and parsed values typed.

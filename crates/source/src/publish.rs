@@ -303,9 +303,13 @@ impl Producing {
         self.acks.lock().claim()
     }
 
-    /// Queues one record in `set`, waiting while librdkafka's queue is full.
-    pub fn send_in(&self, set: usize, topic: &str, key: &[u8], value: &[u8]) -> Result<(), SourceError> {
-        let mut record = BaseRecord::with_opaque_to(topic, set).key(key).payload(value);
+    /// Queues one record in `set` (an empty key is no key, as a Debezium event of a table
+    /// without one has; a `None` value is a tombstone), waiting while librdkafka's queue is
+    /// full.
+    pub fn send_in(&self, set: usize, topic: &str, key: &[u8], value: Option<&[u8]>) -> Result<(), SourceError> {
+        let mut record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(topic, set);
+        record.key = (!key.is_empty()).then_some(key);
+        record.payload = value;
         loop {
             match self.producer.send(record) {
                 Ok(()) => {
@@ -371,7 +375,7 @@ impl Producing {
     fn send_control(&self, topic: &str, record: &ControlRecord) -> Result<i64, SourceError> {
         let set = self.acks.lock().open_new();
         let value = serde_json::to_vec(record).map_err(kafka)?;
-        let sent = self.send_in(set, topic, record.capture_instance.as_bytes(), &value);
+        let sent = self.send_in(set, topic, record.capture_instance.as_bytes(), Some(&value));
         let ranges = sent.and_then(|()| self.finish_set(set));
         self.acks.lock().open.remove(&set);
         ranges?.first().map(|r| r.last_offset).ok_or_else(|| SourceError::Kafka(format!("control record to `{topic}` not acknowledged")))

@@ -10,7 +10,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::format::RecordFormat;
+use super::format::{Envelope, RecordFormat};
 use super::schema::{ColumnType, TableSchema};
 use mssql_cdc_types::lsn::Lsn;
 
@@ -74,6 +74,9 @@ pub struct ControlRecord {
     pub partitions: Vec<PartitionRange>,
     /// Record encoding of the data records.
     pub format: RecordFormat,
+    /// Their shape: absent for the native one, `debezium` for Debezium's change events.
+    #[serde(default, skip_serializing_if = "Envelope::is_native")]
+    pub envelope: Envelope,
     /// Fingerprint of the record layout ([`super::schema::TableSchema::fingerprint`]).
     pub schema_version: u64,
     /// The record layout itself (captured columns with their log types, key, whether
@@ -595,6 +598,7 @@ mod tests {
                 key: vec!["order_id".into()],
                 include_command_id: true,
             },
+            envelope: Envelope::Native,
             schema_id: None,
             events: vec![Event::DataSkipped { from_lsn: Lsn::parse_hex("1").unwrap(), to_lsn: Lsn::parse_hex("2").unwrap(), certain: true }],
             warnings: vec![],

@@ -287,7 +287,7 @@ fn avro_bytes(bytes: &[u8], out: &mut Vec<u8>) {
 }
 
 /// The shortest big-endian two's-complement bytes of `value` (Avro's decimal encoding).
-fn twos_complement(value: i128) -> Vec<u8> {
+pub fn twos_complement(value: i128) -> Vec<u8> {
     let bytes = value.to_be_bytes();
     let mut start = 0;
     while start < 15 {

@@ -17,6 +17,25 @@ pub enum RecordFormat {
     Avro,
 }
 
+/// The shape of data records (`envelope`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Envelope {
+    /// The changed row with the log's `_`-prefixed metadata columns.
+    #[default]
+    Native,
+    /// Debezium's SQL Server change event ([`super::debezium`]).
+    Debezium,
+}
+
+impl Envelope {
+    /// Whether this is the native shape (left out of control records, which then read as
+    /// they always did).
+    pub fn is_native(&self) -> bool {
+        *self == Self::Native
+    }
+}
+
 /// A Confluent-compatible schema registry (the `schema_registry` table).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]

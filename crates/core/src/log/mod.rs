@@ -6,6 +6,7 @@
 //! field and encoding.
 
 pub mod control;
+pub mod debezium;
 pub mod decode;
 pub mod encode;
 pub mod format;
@@ -14,5 +15,5 @@ pub mod schema;
 pub mod topic;
 
 pub use control::{ControlRecord, Event, PartitionRange, SourceMetrics};
-pub use format::{Encoding, RecordFormat, RegistrySettings, SchemaRegistryConfig};
+pub use format::{Encoding, Envelope, RecordFormat, RegistrySettings, SchemaRegistryConfig};
 pub use schema::{Column, ColumnType, TableSchema};

@@ -482,7 +482,7 @@ impl Writer {
 /// in the batch's range (a snapshot's all carry its LSN).
 fn prepare(control: &ControlRecord, records: &[records::DataRecord], writers: Option<&HashMap<u32, apache_avro::Schema>>) -> Prepared {
     let (low, high) = control.row_lsn_range();
-    let decoded = records::decode(&control.schema, records, writers, control.batch_id, &low.to_string(), &high.to_string());
+    let decoded = records::decode(&control.schema, records, writers, control.envelope, control.batch_id, &low.to_string(), &high.to_string());
     Prepared { decoded, bytes: records.iter().map(|r| r.value.len() as u64).sum() }
 }
 

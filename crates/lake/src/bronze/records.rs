@@ -11,7 +11,9 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int32Array, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
+use mssql_cdc_core::log::debezium::native::native_rows;
 use mssql_cdc_core::log::decode::{decode_avro, decode_json, record_fields};
+use mssql_cdc_core::log::Envelope;
 use mssql_cdc_core::log::schema::{self as log, TableSchema};
 
 /// The batch a row was appended in.
@@ -71,13 +73,15 @@ pub struct Decoded {
 }
 
 /// Decodes a batch's data records (JSON, or Avro with `writers` giving the writer schema of
-/// each schema id) into bronze rows of batch `batch_id`. A record that does not decode, or
-/// whose `_start_lsn` lies outside `(from_lsn, to_lsn]`, is bad.
-pub fn decode(schema: &TableSchema, records: &[DataRecord], writers: Option<&HashMap<u32, apache_avro::Schema>>, batch_id: u64, from_lsn: &str, to_lsn: &str) -> Decoded {
+/// each schema id; Debezium events with `envelope`) into bronze rows of batch `batch_id`. A
+/// record that does not decode, or whose `_start_lsn` lies outside `(from_lsn, to_lsn]`, is
+/// bad. A Debezium update is two rows, both from its record; a tombstone is none.
+pub fn decode(schema: &TableSchema, records: &[DataRecord], writers: Option<&HashMap<u32, apache_avro::Schema>>, envelope: Envelope, batch_id: u64, from_lsn: &str, to_lsn: &str) -> Decoded {
     let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_slice()).collect();
-    let decoded = match writers {
-        None => decode_json(schema, &values),
-        Some(writers) => decode_avro(schema, &values, |id| writers.get(&id).cloned()),
+    let decoded = match (envelope, writers) {
+        (Envelope::Debezium, _) => decode_debezium(schema, &values),
+        (Envelope::Native, None) => decode_json(schema, &values),
+        (Envelope::Native, Some(writers)) => decode_avro(schema, &values, |id| writers.get(&id).cloned()),
     };
     let mut bad: Vec<(DataRecord, String)> = decoded.bad.into_iter().map(|(index, reason)| (records[index].clone(), reason)).collect();
     let Some(batch) = decoded.batch else { return Decoded { batch: None, bad } };
@@ -106,6 +110,29 @@ pub fn decode(schema: &TableSchema, records: &[DataRecord], writers: Option<&Has
             Decoded { batch: None, bad }
         }
     }
+}
+
+/// Debezium events as the native rows they stand for, decoded; `kept` names each row's record.
+fn decode_debezium(schema: &TableSchema, values: &[&[u8]]) -> mssql_cdc_core::log::decode::Decoded {
+    let mut rows = Vec::with_capacity(values.len());
+    let mut origin = Vec::with_capacity(values.len());
+    let mut bad = Vec::new();
+    for (index, value) in values.iter().enumerate() {
+        match native_rows(schema, value) {
+            Ok(native) => {
+                origin.extend(std::iter::repeat_n(index, native.len()));
+                rows.extend(native);
+            }
+            Err(reason) => bad.push((index, reason)),
+        }
+    }
+    let slices: Vec<&[u8]> = rows.iter().map(Vec::as_slice).collect();
+    let mut decoded = decode_json(schema, &slices);
+    decoded.kept = decoded.kept.iter().map(|row| origin[*row]).collect();
+    bad.extend(decoded.bad.iter().map(|(row, reason)| (origin[*row], reason.clone())));
+    bad.sort_by_key(|(index, _)| *index);
+    decoded.bad = bad;
+    decoded
 }
 
 /// Adds the provenance columns (`_batch_id`, `_kafka_partition`, `_kafka_offset`).
@@ -137,7 +164,7 @@ mod tests {
 
     #[test]
     fn json_records_decode_into_the_bronze_layout() {
-        let decoded = decode(&schema(), &[record(5, GOOD)], None, 3, "0x0000002A000000010000", "0x0000002A000000010009");
+        let decoded = decode(&schema(), &[record(5, GOOD)], None, Envelope::Native, 3, "0x0000002A000000010000", "0x0000002A000000010009");
         assert!(decoded.bad.is_empty(), "{:?}", decoded.bad);
         let batch = decoded.batch.unwrap();
         assert_eq!(batch.schema(), bronze_schema(&schema()));
@@ -151,10 +178,37 @@ mod tests {
     fn bad_records_are_named_and_the_good_ones_kept() {
         let outside = GOOD.replace("0x0000002A000000010005", "0x0000002A000000020000");
         let records = [record(1, "not json"), record(2, GOOD), record(3, r#"{"id":"x"}"#), record(4, &outside), record(5, GOOD)];
-        let decoded = decode(&schema(), &records, None, 0, "0x0000002A000000010000", "0x0000002A000000010009");
+        let decoded = decode(&schema(), &records, None, Envelope::Native, 0, "0x0000002A000000010000", "0x0000002A000000010009");
         let bad: Vec<i64> = decoded.bad.iter().map(|(r, _)| r.offset).collect();
         assert_eq!(bad, vec![1, 3, 4]);
         assert!(decoded.bad[2].1.contains("outside the batch's range"));
         assert_eq!(decoded.batch.unwrap().num_rows(), 2);
+    }
+
+    /// A Debezium feed lands as the native one would: an update's event is its two rows, both
+    /// from the event's record; a tombstone is no row and not bad; a foreign event is bad.
+    #[test]
+    fn debezium_events_decode_into_the_rows_they_stand_for() {
+        use mssql_cdc_core::log::debezium::event::{EventSettings, EventWriter};
+        use mssql_cdc_core::log::debezium::TableNames;
+        let names = TableNames { server: "p".into(), database: "d".into(), schema: "dbo".into(), table: "t".into(), topic: "p.d.dbo.t".into() };
+        let mut writer = EventWriter::new(&schema(), names, EventSettings { schemas: true, tombstones: true });
+        let native = |op: i64, seqval: &str| -> serde_json::Map<String, serde_json::Value> {
+            let text = GOOD.replace("\"_operation\":2", &format!("\"_operation\":{op}")).replace("0x0000002A000000010004", seqval);
+            serde_json::from_str(&text).unwrap()
+        };
+        let now = chrono::Utc::now();
+        let mut events = writer.push(native(3, "0x0000002A000000010001"), now).unwrap();
+        events.extend(writer.push(native(4, "0x0000002A000000010001"), now).unwrap());
+        events.extend(writer.push(native(1, "0x0000002A000000010002"), now).unwrap());
+        assert_eq!(events.len(), 3, "an update event, a delete event, its tombstone");
+        let mut records: Vec<DataRecord> = events.iter().enumerate().map(|(i, e)| DataRecord { partition: 0, offset: i as i64, value: e.value.clone().unwrap_or_default() }).collect();
+        records.push(record(9, r#"{"op":"c"}"#));
+        let decoded = decode(&schema(), &records, None, Envelope::Debezium, 4, "0x0000002A000000010000", "0x0000002A000000010009");
+        assert_eq!(decoded.bad.iter().map(|(r, _)| r.offset).collect::<Vec<_>>(), vec![9]);
+        let batch = decoded.batch.unwrap();
+        let operations = batch.column_by_name(log::OPERATION).unwrap().as_primitive::<arrow::datatypes::Int32Type>().values().to_vec();
+        let offsets = batch.column_by_name(KAFKA_OFFSET).unwrap().as_primitive::<arrow::datatypes::Int64Type>().values().to_vec();
+        assert_eq!((operations, offsets), (vec![3, 4, 1], vec![0, 0, 1]));
     }
 }

@@ -134,6 +134,7 @@ fn control(batch_id: u64, changes: &[Change], last_commit: Option<u64>, previous
             key: vec!["id".into()],
             include_command_id: false,
         },
+        envelope: mssql_cdc_core::log::Envelope::Native,
         schema_id: None,
         events: Vec::new(),
         warnings: Vec::new(),

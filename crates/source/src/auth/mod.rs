@@ -16,6 +16,7 @@
 pub mod config;
 mod command;
 mod identity;
+pub mod login;
 
 use std::time::Duration;
 

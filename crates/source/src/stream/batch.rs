@@ -16,7 +16,10 @@ use crate::reader::{self, Commit, ServerState};
 use crate::rows::BatchBuilder;
 use crate::zone::ZoneRule;
 use mssql_cdc_core::log::control::{ControlRecord, Event, PartitionRange, SourceMetrics, CONTROL_VERSION};
+use mssql_cdc_core::log::debezium::event::{EventSettings, EventWriter};
+use mssql_cdc_core::log::debezium::TableNames;
 use mssql_cdc_core::log::encode::{confluent_header, RowEncoder};
+use mssql_cdc_core::log::Envelope;
 use mssql_cdc_core::log::schema::TableSchema;
 use mssql_cdc_core::telemetry::events::SourceBatchPublished;
 use mssql_cdc_types::lsn::Lsn;
@@ -46,6 +49,9 @@ struct Plan {
 #[derive(Default)]
 struct Rows {
     count: u64,
+    /// The records the rows make: the rows themselves, or with the Debezium envelope one
+    /// event per change (an update's two rows one) and a tombstone per delete.
+    records: u64,
     bytes: u64,
     min_lsn: Option<Lsn>,
     max_lsn: Option<Lsn>,
@@ -108,9 +114,9 @@ impl Stream {
             // acknowledged.
             let mut record = self.control_record(setup, position, &plan, &rows, Vec::new(), &state, started.elapsed());
             position.advance(&record);
-            let count = rows.count;
+            let records = rows.records;
             let handle = self.publisher.settle_in_background(&setup.control_topic, rows.queued.take(), move |partitions, bytes| {
-                record.partitions = all_acknowledged(count, partitions)?;
+                record.partitions = all_acknowledged(records, partitions)?;
                 record.metrics.bytes += bytes;
                 record.metrics.published_at = Some(Utc::now());
                 Ok(record)
@@ -121,7 +127,7 @@ impl Stream {
         if let Some(queued) = rows.queued.take() {
             rows.bytes += queued.wait().await?;
         }
-        let partitions = all_acknowledged(rows.count, self.publisher.finish().await?)?;
+        let partitions = all_acknowledged(rows.records, self.publisher.finish().await?)?;
         let record = self.control_record(setup, position, &plan, &rows, partitions, &state, started.elapsed());
         self.publisher.send_control(&setup.control_topic, &record).await?;
         setup.pending.clear();
@@ -214,7 +220,7 @@ impl Stream {
         let mut builder = BatchBuilder::new(&setup.schema, ci, position.generation, self.options.fetch_rows);
         let mut changes = reader::read_changes(conn, &self.connector, &setup.change_sql, from, to, setup.schema.include_command_id).await?;
         while let Some(row) = changes.next().await? {
-            let start_lsn = row.at.start_lsn;
+            let (start_lsn, operation) = (row.at.start_lsn, row.at.operation);
             let Ok(index) = utc.binary_search_by(|(lsn, _)| lsn.cmp(&start_lsn)) else {
                 let message = format!("change row at {start_lsn} has no commit in cdc.lsn_time_mapping between {from} and {to}");
                 return Err(SourceError::Sql { message, code: None, transient: false });
@@ -223,9 +229,12 @@ impl Stream {
                 .append(row.at, row.command_id, utc[index].1, row.values.into_iter())
                 .map_err(|e| SourceError::Schema { capture_instance: ci.to_owned(), message: e.to_string() })?;
             rows.count += 1;
+            rows.records += records_of(operation, setup.debezium.as_deref().map(|(_, settings)| settings));
             rows.min_lsn = Some(rows.min_lsn.map_or(start_lsn, |m| m.min(start_lsn)));
             rows.max_lsn = Some(rows.max_lsn.map_or(start_lsn, |m| m.max(start_lsn)));
-            if builder.len() >= self.options.fetch_rows {
+            // Never between an update's before- and after-image (the Debezium envelope makes
+            // one event of the two, within one chunk).
+            if builder.len() >= self.options.fetch_rows && operation != 3 {
                 self.encode_next(setup, &mut rows, builder.finish()).await?;
             }
         }
@@ -266,7 +275,10 @@ impl Stream {
     /// [`Stream::publish_rows`], returning once the encoding holds its place in line.
     async fn publish_rows_behind(&self, setup: &Setup, batch: arrow::array::RecordBatch) -> Queued<u64> {
         let (schema, topic, ids) = (setup.schema.clone(), setup.data_topic.clone(), setup.key_schema_id.zip(setup.value_schema_id));
-        self.publisher.queue_behind(move |producer, set| encode_and_queue(producer, set, &schema, &topic, ids, &batch)).await
+        match setup.debezium.clone() {
+            Some(debezium) => self.publisher.queue_behind(move |producer, set| queue_debezium(producer, set, &schema, &debezium, &batch)).await,
+            None => self.publisher.queue_behind(move |producer, set| encode_and_queue(producer, set, &schema, &topic, ids, &batch)).await,
+        }
     }
 
     /// The control record naming the batch's acknowledged records.
@@ -316,6 +328,7 @@ impl Stream {
             format: self.options.encoding.format(),
             schema_version: setup.schema.fingerprint(),
             schema: setup.schema.clone(),
+            envelope: if setup.debezium.is_some() { Envelope::Debezium } else { Envelope::Native },
             schema_id: setup.value_schema_id,
             events: Vec::new(),
             warnings: Vec::new(),
@@ -406,11 +419,22 @@ pub(super) fn headroom_hours(retention_minutes: i64, oldest_unpublished: DateTim
     ((oldest_unpublished - now).num_seconds() as f64 + retention_minutes as f64 * 60.0) / 3600.0
 }
 
-/// The batch's acknowledged ranges, if they hold all of its `rows` records.
-fn all_acknowledged(rows: u64, partitions: Vec<PartitionRange>) -> Result<Vec<PartitionRange>, SourceError> {
+/// The records a change row of `operation` makes: one, or with the Debezium envelope none for
+/// an update's before-image (its after-image's event carries it) and two for a delete with
+/// tombstones.
+fn records_of(operation: i32, debezium: Option<&EventSettings>) -> u64 {
+    match (debezium, operation) {
+        (Some(_), 3) => 0,
+        (Some(settings), 1) if settings.tombstones => 2,
+        _ => 1,
+    }
+}
+
+/// The batch's acknowledged ranges, if they hold all of its `records`.
+fn all_acknowledged(records: u64, partitions: Vec<PartitionRange>) -> Result<Vec<PartitionRange>, SourceError> {
     let acknowledged: u64 = partitions.iter().map(|p| p.records).sum();
-    if acknowledged != rows {
-        return Err(SourceError::Kafka(format!("{rows} rows read but {acknowledged} acknowledged")));
+    if acknowledged != records {
+        return Err(SourceError::Kafka(format!("{records} records published but {acknowledged} acknowledged")));
     }
     Ok(partitions)
 }
@@ -437,8 +461,31 @@ fn encode_and_queue(producer: &Producing, set: usize, schema: &TableSchema, topi
                 encoder.value_json(row, &mut value);
             }
         }
-        producer.send_in(set, topic, &key, &value)?;
+        producer.send_in(set, topic, &key, Some(&value))?;
         bytes += (key.len() + value.len()) as u64;
+    }
+    Ok(bytes)
+}
+
+/// [`encode_and_queue`] for the Debezium envelope: each row's native JSON becomes its events
+/// (an update's two rows one event, a delete its event and tombstone). A chunk never ends
+/// between an update's two rows ([`Stream::read`]), so each chunk has a writer of its own.
+fn queue_debezium(producer: &Producing, set: usize, schema: &TableSchema, debezium: &(TableNames, EventSettings), batch: &arrow::array::RecordBatch) -> Result<u64, SourceError> {
+    let (names, settings) = debezium;
+    let encoder = RowEncoder::new(schema, batch)?;
+    let mut writer = EventWriter::new(schema, names.clone(), *settings);
+    let now = Utc::now();
+    let mut native = Vec::with_capacity(512);
+    let mut bytes = 0u64;
+    for row in 0..encoder.rows() {
+        native.clear();
+        encoder.value_json(row, &mut native);
+        let object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&native).map_err(|e| SourceError::Schema { capture_instance: String::new(), message: format!("a row of the log's JSON: {e}") })?;
+        let records = writer.push(object, now).map_err(|message| SourceError::Schema { capture_instance: names.table.clone(), message: format!("Debezium envelope: {message}") })?;
+        for record in records {
+            producer.send_in(set, &names.topic, &record.key, record.value.as_deref())?;
+            bytes += (record.key.len() + record.value.as_ref().map_or(0, Vec::len)) as u64;
+        }
     }
     Ok(bytes)
 }

@@ -27,6 +27,8 @@ use crate::reader::{self, Instance, ServerState};
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::registry::SchemaRegistry;
 use mssql_cdc_core::log::control::SnapshotKind;
+use mssql_cdc_core::log::debezium::event::EventSettings;
+use mssql_cdc_core::log::debezium::TableNames;
 use mssql_cdc_core::log::schema::TableSchema;
 use mssql_cdc_core::stage::retry::Decision;
 use mssql_cdc_core::stage::supervisor::wait_or_cancel;
@@ -70,6 +72,8 @@ struct Setup {
     retention_read_at: Instant,
     key_schema_id: Option<u32>,
     value_schema_id: Option<u32>,
+    /// With the Debezium envelope: the table's names and how events are written.
+    debezium: Option<Arc<(TableNames, EventSettings)>>,
     /// When the table's capture instances were last looked at.
     instances_read_at: Instant,
     /// A newer capture instance of the table the stream moves to once it reaches its start.
@@ -336,6 +340,16 @@ impl Stream {
             None => (None, None),
         };
         let change_sql = reader::change_query(&instance.name, &select, schema.include_command_id);
+        let debezium = self.options.debezium.map(|settings| {
+            let names = TableNames {
+                server: self.options.topic_prefix.clone(),
+                database: database.clone(),
+                schema: instance.source_schema.clone(),
+                table: instance.source_table.clone(),
+                topic: data_topic.clone(),
+            };
+            Arc::new((names, settings))
+        });
         let table = format!("{}.{}", reader::quote(&instance.source_schema), reader::quote(&instance.source_table));
         register_source(&self.connector_name, &instance.name);
         tracing::info!(connector = %self.connector_name, capture_instance = %instance.name, topic = %data_topic, columns = schema.columns.len(), "source stream ready");
@@ -354,6 +368,7 @@ impl Stream {
             retention_read_at: Instant::now(),
             key_schema_id,
             value_schema_id,
+            debezium,
             instances_read_at: Instant::now() - switch::INSTANCE_REFRESH,
             newer: None,
             pending,
