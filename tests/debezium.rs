@@ -15,7 +15,7 @@ use crate::support;
 /// keys), decoding values by the Connect schema each record carries (or, without schemas, by
 /// the known column types), and compares both with the table read over TDS by python-tds.
 const PY_REBUILD: &str = r#"
-import sys, json, base64, datetime, decimal, struct, uuid
+import sys, json, base64, datetime, decimal, re, struct, uuid
 import pytds
 bootstrap, topic, port, password, with_schemas = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "true"
 EPOCH = datetime.datetime(1970, 1, 1)
@@ -36,7 +36,8 @@ def row(image, scale):
     created = EPOCH + datetime.timedelta(microseconds=image["created_at"])
     updated = None if image["updated_at"] is None else datetime.datetime.fromisoformat(image["updated_at"])
     blob = None if image["payload"] is None else base64.b64decode(image["payload"])
-    ref = None if image["ref"] is None else image["ref"].upper()
+    ref = image["ref"]
+    assert ref is None or ref == ref.upper(), ref
     return (image["customer_id"], image["status"], amount, image["currency"], image["note"], created, updated, image["is_priority"], ref, f32(image["weight"]), blob)
 
 replayed, last, ops, tombstones = {}, {}, {}, 0
@@ -53,10 +54,16 @@ for m in messages(bootstrap, topic, "debezium-rebuild-" + topic):
     payload = event["payload"] if with_schemas else event
     source = payload["source"]
     assert source["connector"] == "sqlserver" and source["db"] == "sales" and (source["schema"], source["table"]) == ("dbo", "orders"), source
-    assert len(source["commit_lsn"]) == 22 and source["commit_lsn"].count(":") == 2, source["commit_lsn"]
+    assert re.fullmatch(r"[0-9a-f]{8}:[0-9a-f]{8}:[0-9a-f]{4}", source["commit_lsn"]), source["commit_lsn"]
+    if payload["op"] == "r":
+        assert payload["before"] is None and source["snapshot"] == "true" and source["change_lsn"] is None and source["event_serial_no"] is None, source
+    else:
+        assert source["snapshot"] == "false" and re.fullmatch(r"[0-9a-f]{8}:[0-9a-f]{8}:[0-9a-f]{4}", source["change_lsn"]), source
+        assert source["event_serial_no"] in (1, 2), source
     op = payload["op"]
     ops[op] = ops.get(op, 0) + 1
     if op == "d":
+        # A row the snapshot did not read (deleted before its read) may be deleted again after S.
         replayed.pop(key, None)
     else:
         replayed[key] = row(payload["after"], scale_of(event))
@@ -100,13 +107,14 @@ fn rebuild(pipeline: &Pipeline, with_schemas: bool) -> String {
 }
 
 /// Invariant: with `envelope = "debezium"`, a table bootstrapped from its existing rows and
-/// changed by a workload (inserts, updates, deletes, key moves) is rebuilt exactly by an
-/// independent consumer from the topic alone (replay, and a compacted read where tombstones
-/// remove deleted keys), and bronze and silver built from the same events equal the change
-/// history and the table.
+/// changed by a workload (inserts, updates, deletes, key moves logged as delete and insert) is
+/// rebuilt exactly by an independent consumer from the topic alone (replay, and a compacted
+/// read where tombstones remove deleted keys), and bronze and silver built from the same
+/// events equal the change history and the table. Chunks of 7 rows: the cut that never splits
+/// an update's two rows is crossed often.
 #[tokio::test(flavor = "multi_thread")]
 async fn debezium_events_rebuild_the_table_for_an_independent_consumer_and_for_bronze_and_silver() {
-    let mut pipeline = Pipeline::start(Setup { preloaded: 300, source_extra: "envelope = \"debezium\"\nbootstrap = true", ..Setup::default() });
+    let mut pipeline = Pipeline::start(Setup { preloaded: 300, source_extra: "envelope = \"debezium\"\nbootstrap = true\nfetch_rows = 7", ..Setup::default() });
     let workload = pipeline.workload(3000, 500, 5);
     pipeline.catch_up_and_check(workload, Duration::from_secs(180)).await;
     let output = rebuild(&pipeline, true);

@@ -17,6 +17,11 @@ use mssql_cdc_types::lsn::Lsn;
 /// The version of this layout; readers refuse records of a newer major version.
 pub const CONTROL_VERSION: u32 = 1;
 
+/// The version of a control record whose data records use the Debezium envelope: a reader
+/// from before the envelope refuses it (it would decode events as native rows), this build
+/// reads it.
+pub const CONTROL_VERSION_DEBEZIUM: u32 = 2;
+
 /// A control topic record could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlDecodeError {
@@ -52,7 +57,7 @@ pub struct ControlRecord {
     pub to_lsn: Lsn,
     /// Commits covered (entries of `cdc.lsn_time_mapping` in the range, idle ones included).
     pub commits: u64,
-    /// Data records in the batch.
+    /// Change rows in the batch (the data records, with the native envelope).
     pub rows: u64,
     /// The smallest and largest `_start_lsn` of the batch's rows.
     #[serde(default, with = "lsn_hex_opt", skip_serializing_if = "Option::is_none")]
@@ -104,7 +109,7 @@ impl ControlRecord {
     /// than [`CONTROL_VERSION`]: what every reader of a control topic calls.
     pub fn decode(bytes: &[u8]) -> Result<Self, ControlDecodeError> {
         let record: Self = serde_json::from_slice(bytes).map_err(ControlDecodeError::NotAControlRecord)?;
-        if record.version > CONTROL_VERSION {
+        if record.version > CONTROL_VERSION_DEBEZIUM {
             return Err(ControlDecodeError::NewerLayout { version: record.version });
         }
         Ok(record)

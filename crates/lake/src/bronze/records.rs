@@ -128,9 +128,18 @@ fn decode_debezium(schema: &TableSchema, values: &[&[u8]]) -> mssql_cdc_core::lo
     }
     let slices: Vec<&[u8]> = rows.iter().map(Vec::as_slice).collect();
     let mut decoded = decode_json(schema, &slices);
-    decoded.kept = decoded.kept.iter().map(|row| origin[*row]).collect();
+    // A record is kept whole or not at all: an update whose one row fails is bad, both rows.
     bad.extend(decoded.bad.iter().map(|(row, reason)| (origin[*row], reason.clone())));
     bad.sort_by_key(|(index, _)| *index);
+    bad.dedup_by_key(|(index, _)| *index);
+    let records: Vec<usize> = decoded.kept.iter().map(|row| origin[*row]).collect();
+    let keep: Vec<bool> = records.iter().map(|index| bad.binary_search_by_key(index, |(bad, _)| *bad).is_err()).collect();
+    if keep.iter().all(|k| *k) {
+        decoded.kept = records;
+    } else {
+        decoded.batch = decoded.batch.and_then(|batch| arrow::compute::filter_record_batch(&batch, &BooleanArray::from(keep.clone())).ok()).filter(|batch| batch.num_rows() > 0);
+        decoded.kept = records.into_iter().zip(keep).filter_map(|(index, keep)| keep.then_some(index)).collect();
+    }
     decoded.bad = bad;
     decoded
 }

@@ -15,7 +15,7 @@ use crate::publish::{Producing, Queued};
 use crate::reader::{self, Commit, ServerState};
 use crate::rows::BatchBuilder;
 use crate::zone::ZoneRule;
-use mssql_cdc_core::log::control::{ControlRecord, Event, PartitionRange, SourceMetrics, CONTROL_VERSION};
+use mssql_cdc_core::log::control::{ControlRecord, Event, PartitionRange, SourceMetrics, CONTROL_VERSION, CONTROL_VERSION_DEBEZIUM};
 use mssql_cdc_core::log::debezium::event::{EventSettings, EventWriter};
 use mssql_cdc_core::log::debezium::TableNames;
 use mssql_cdc_core::log::encode::{confluent_header, RowEncoder};
@@ -49,9 +49,6 @@ struct Plan {
 #[derive(Default)]
 struct Rows {
     count: u64,
-    /// The records the rows make: the rows themselves, or with the Debezium envelope one
-    /// event per change (an update's two rows one) and a tombstone per delete.
-    records: u64,
     bytes: u64,
     min_lsn: Option<Lsn>,
     max_lsn: Option<Lsn>,
@@ -114,7 +111,7 @@ impl Stream {
             // acknowledged.
             let mut record = self.control_record(setup, position, &plan, &rows, Vec::new(), &state, started.elapsed());
             position.advance(&record);
-            let records = rows.records;
+            let records = setup.debezium.is_none().then_some(rows.count);
             let handle = self.publisher.settle_in_background(&setup.control_topic, rows.queued.take(), move |partitions, bytes| {
                 record.partitions = all_acknowledged(records, partitions)?;
                 record.metrics.bytes += bytes;
@@ -127,7 +124,7 @@ impl Stream {
         if let Some(queued) = rows.queued.take() {
             rows.bytes += queued.wait().await?;
         }
-        let partitions = all_acknowledged(rows.records, self.publisher.finish().await?)?;
+        let partitions = all_acknowledged(setup.debezium.is_none().then_some(rows.count), self.publisher.finish().await?)?;
         let record = self.control_record(setup, position, &plan, &rows, partitions, &state, started.elapsed());
         self.publisher.send_control(&setup.control_topic, &record).await?;
         setup.pending.clear();
@@ -229,7 +226,6 @@ impl Stream {
                 .append(row.at, row.command_id, utc[index].1, row.values.into_iter())
                 .map_err(|e| SourceError::Schema { capture_instance: ci.to_owned(), message: e.to_string() })?;
             rows.count += 1;
-            rows.records += records_of(operation, setup.debezium.as_deref().map(|(_, settings)| settings));
             rows.min_lsn = Some(rows.min_lsn.map_or(start_lsn, |m| m.min(start_lsn)));
             rows.max_lsn = Some(rows.max_lsn.map_or(start_lsn, |m| m.max(start_lsn)));
             // Never between an update's before- and after-image (the Debezium envelope makes
@@ -276,7 +272,10 @@ impl Stream {
     async fn publish_rows_behind(&self, setup: &Setup, batch: arrow::array::RecordBatch) -> Queued<u64> {
         let (schema, topic, ids) = (setup.schema.clone(), setup.data_topic.clone(), setup.key_schema_id.zip(setup.value_schema_id));
         match setup.debezium.clone() {
-            Some(debezium) => self.publisher.queue_behind(move |producer, set| queue_debezium(producer, set, &schema, &debezium, &batch)).await,
+            Some(debezium) => {
+                let instance = setup.instance.name.clone();
+                self.publisher.queue_behind(move |producer, set| queue_debezium(producer, set, &schema, &debezium, &instance, &batch)).await
+            }
             None => self.publisher.queue_behind(move |producer, set| encode_and_queue(producer, set, &schema, &topic, ids, &batch)).await,
         }
     }
@@ -310,7 +309,7 @@ impl Stream {
     /// yet: the stream's identity, layout and snapshot state, and the server's maximum LSN.
     pub(super) fn record_base(&self, setup: &Setup, position: &Position, state: &ServerState, read: Duration, bytes: u64) -> ControlRecord {
         ControlRecord {
-            version: CONTROL_VERSION,
+            version: if setup.debezium.is_some() { CONTROL_VERSION_DEBEZIUM } else { CONTROL_VERSION },
             batch_id: position.next_batch_id,
             generation: position.generation,
             capture_instance: setup.instance.name.clone(),
@@ -419,20 +418,13 @@ pub(super) fn headroom_hours(retention_minutes: i64, oldest_unpublished: DateTim
     ((oldest_unpublished - now).num_seconds() as f64 + retention_minutes as f64 * 60.0) / 3600.0
 }
 
-/// The records a change row of `operation` makes: one, or with the Debezium envelope none for
-/// an update's before-image (its after-image's event carries it) and two for a delete with
-/// tombstones.
-fn records_of(operation: i32, debezium: Option<&EventSettings>) -> u64 {
-    match (debezium, operation) {
-        (Some(_), 3) => 0,
-        (Some(settings), 1) if settings.tombstones => 2,
-        _ => 1,
-    }
-}
-
-/// The batch's acknowledged ranges, if they hold all of its `records`.
-fn all_acknowledged(records: u64, partitions: Vec<PartitionRange>) -> Result<Vec<PartitionRange>, SourceError> {
+/// The batch's acknowledged ranges, if they hold all of its `records` (`None` with the
+/// Debezium envelope, whose events per row depend on the rows: an update pair is one event,
+/// or three when it moves the key; every record queued is still acknowledged, or the set
+/// fails).
+fn all_acknowledged(records: Option<u64>, partitions: Vec<PartitionRange>) -> Result<Vec<PartitionRange>, SourceError> {
     let acknowledged: u64 = partitions.iter().map(|p| p.records).sum();
+    let Some(records) = records else { return Ok(partitions) };
     if acknowledged != records {
         return Err(SourceError::Kafka(format!("{records} records published but {acknowledged} acknowledged")));
     }
@@ -470,7 +462,7 @@ fn encode_and_queue(producer: &Producing, set: usize, schema: &TableSchema, topi
 /// [`encode_and_queue`] for the Debezium envelope: each row's native JSON becomes its events
 /// (an update's two rows one event, a delete its event and tombstone). A chunk never ends
 /// between an update's two rows ([`Stream::read`]), so each chunk has a writer of its own.
-fn queue_debezium(producer: &Producing, set: usize, schema: &TableSchema, debezium: &(TableNames, EventSettings), batch: &arrow::array::RecordBatch) -> Result<u64, SourceError> {
+fn queue_debezium(producer: &Producing, set: usize, schema: &TableSchema, debezium: &(TableNames, EventSettings), capture_instance: &str, batch: &arrow::array::RecordBatch) -> Result<u64, SourceError> {
     let (names, settings) = debezium;
     let encoder = RowEncoder::new(schema, batch)?;
     let mut writer = EventWriter::new(schema, names.clone(), *settings);
@@ -480,13 +472,15 @@ fn queue_debezium(producer: &Producing, set: usize, schema: &TableSchema, debezi
     for row in 0..encoder.rows() {
         native.clear();
         encoder.value_json(row, &mut native);
-        let object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&native).map_err(|e| SourceError::Schema { capture_instance: String::new(), message: format!("a row of the log's JSON: {e}") })?;
-        let records = writer.push(object, now).map_err(|message| SourceError::Schema { capture_instance: names.table.clone(), message: format!("Debezium envelope: {message}") })?;
+        let failed = |message: String| SourceError::Schema { capture_instance: capture_instance.to_owned(), message: format!("Debezium envelope: {message}") };
+        let object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&native).map_err(|e| failed(format!("a row of the log's JSON: {e}")))?;
+        let records = writer.push(object, now).map_err(failed)?;
         for record in records {
             producer.send_in(set, &names.topic, &record.key, record.value.as_deref())?;
             bytes += (record.key.len() + record.value.as_ref().map_or(0, Vec::len)) as u64;
         }
     }
+    writer.finish().map_err(|message| SourceError::Schema { capture_instance: capture_instance.to_owned(), message: format!("Debezium envelope: {message}") })?;
     Ok(bytes)
 }
 

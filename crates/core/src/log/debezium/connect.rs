@@ -88,6 +88,7 @@ pub fn source() -> Json {
         plain("string", true, "capture_instance"),
         plain("int64", true, "generation"),
         plain("int32", true, "command_id"),
+        plain("string", true, "snapshot_lsn"),
     ];
     json!({"type": "struct", "fields": fields, "optional": false, "name": "io.debezium.connector.sqlserver.Source", "version": 1})
 }

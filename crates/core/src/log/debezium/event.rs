@@ -63,6 +63,9 @@ impl EventWriter {
             }
             4 => {
                 let before = self.before_image.take().ok_or("an update's after-image without its before-image")?;
+                if self.key(&before)? != self.key(&row)? {
+                    return self.key_moved(before, row, now);
+                }
                 ("u", Some(before), Some(&row), 2)
             }
             2 => ("c", None, Some(&row), 1),
@@ -71,17 +74,23 @@ impl EventWriter {
             other => return Err(format!("operation {other} is not a change the log carries")),
         };
         let serial = self.serial(&row, operation, count);
+        self.event(op, before.as_ref(), after, &row, serial, now)
+    }
+
+    /// One event (and a delete's tombstone); `row` gives the key and `source`.
+    fn event(&self, op: &str, before: Option<&Map<String, Json>>, after: Option<&Map<String, Json>>, row: &Map<String, Json>, serial: Option<i64>, now: DateTime<Utc>) -> Result<Vec<EventRecord>, String> {
+        let operation = row.get(log::OPERATION).and_then(Json::as_i64).unwrap_or_default();
         let payload = json!({
-            "before": before.as_ref().map(|image| self.image(image)).transpose()?,
+            "before": before.map(|image| self.image(image)).transpose()?,
             "after": after.map(|image| self.image(image)).transpose()?,
-            "source": self.source(&row, operation, serial)?,
+            "source": self.source(row, operation, serial)?,
             "transaction": null,
             "op": op,
             "ts_ms": now.timestamp_millis(),
             "ts_us": now.timestamp_micros(),
             "ts_ns": now.timestamp_nanos_opt(),
         });
-        let key = self.key(&row)?;
+        let key = self.key(row)?;
         let value = serde_json::to_vec(&match self.settings.schemas {
             true => connect::wrapped(&self.value_schema, payload),
             false => payload,
@@ -92,6 +101,25 @@ impl EventWriter {
             records.push(EventRecord { key, value: None });
         }
         Ok(records)
+    }
+
+    /// An update pair whose key changed (the key is a unique index CDC logs as an update):
+    /// as Debezium writes it, a delete under the old key (with its tombstone) and a create
+    /// under the new one, both at the pair's serial number.
+    fn key_moved(&mut self, before: Map<String, Json>, after: Map<String, Json>, now: DateTime<Utc>) -> Result<Vec<EventRecord>, String> {
+        let serial = self.serial(&after, 4, 2);
+        let mut records = self.event("d", Some(&before), None, &before, serial, now)?;
+        records.extend(self.event("c", None, Some(&after), &after, serial, now)?);
+        Ok(records)
+    }
+
+    /// Whether an update's before-image still waits for its after-image (at the end of a
+    /// chunk: a row lost).
+    pub fn finish(&self) -> Result<(), String> {
+        match &self.before_image {
+            Some(before) => Err(format!("an update's before-image at seqval {} has no after-image", before.get(log::SEQVAL).unwrap_or(&Json::Null))),
+            None => Ok(()),
+        }
     }
 
     /// `event_serial_no` as Debezium counts it: events at the same (commit, change) LSNs count
@@ -158,6 +186,7 @@ impl EventWriter {
             "capture_instance": text(log::CAPTURE_INSTANCE),
             "generation": row.get(log::GENERATION),
             "command_id": row.get(log::COMMAND_ID),
+            "snapshot_lsn": if snapshot { lsn(log::SNAPSHOT) } else { None },
         }))
     }
 }
@@ -267,6 +296,22 @@ mod tests {
         assert_eq!((delete.len(), serial(&delete[0]), serial(&insert[0])), (1, Some(1), Some(2)));
         // Without schemas the key is the bare key columns.
         assert_eq!(String::from_utf8(insert[0].key.clone()).unwrap(), r#"{"id":2}"#);
+    }
+
+    #[test]
+    fn an_update_pair_that_moves_the_key_is_a_delete_its_tombstone_and_a_create() {
+        let mut writer = EventWriter::new(&schema(), names(), EventSettings { schemas: false, tombstones: true });
+        let now = DateTime::<Utc>::default();
+        writer.push(row(1, 3, "0x00000027000007580003", "1.00"), now).unwrap();
+        let moved = writer.push(row(2, 4, "0x00000027000007580003", "1.00"), now).unwrap();
+        let ops: Vec<(String, Option<String>)> = moved
+            .iter()
+            .map(|r| (String::from_utf8(r.key.clone()).unwrap(), r.value.as_ref().map(|v| serde_json::from_slice::<Json>(v).unwrap()["op"].as_str().unwrap_or_default().to_owned())))
+            .collect();
+        assert_eq!(ops, [(r#"{"id":1}"#.to_owned(), Some("d".to_owned())), (r#"{"id":1}"#.to_owned(), None), (r#"{"id":2}"#.to_owned(), Some("c".to_owned()))]);
+        assert!(writer.finish().is_ok());
+        writer.push(row(3, 3, "0x00000027000007580004", "1.00"), now).unwrap();
+        assert!(writer.finish().is_err(), "a before-image left at the end of a chunk is an error");
     }
 
     #[test]

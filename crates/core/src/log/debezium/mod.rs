@@ -7,8 +7,9 @@
 //! null value, for compacted topics), an update's before- and after-image rows one `u`, a
 //! snapshot row `r`. `source` carries the LSNs as Debezium writes them (`commit_lsn` is
 //! `__$start_lsn`, `change_lsn` is `__$seqval`, `00000027:00000758:0005`) and
-//! `event_serial_no`, plus three fields of ours Debezium does not have: `capture_instance`,
-//! `generation` and `command_id`, which let the sinks rebuild the native rows exactly.
+//! `event_serial_no`, plus four fields of ours Debezium does not have: `capture_instance`,
+//! `generation`, `command_id` and `snapshot_lsn`, which let the sinks rebuild the native rows
+//! exactly. JSON objects are written in field-name order (serde_json's), not Debezium's.
 //!
 //! [`event`] writes events from native rows; [`native`] turns them back into native rows for
 //! bronze; [`connect`] holds the Kafka Connect schemas of keys and values.

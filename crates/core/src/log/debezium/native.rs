@@ -26,7 +26,8 @@ pub fn native_rows(schema: &TableSchema, value: &[u8]) -> Result<Vec<Vec<u8>>, S
     let lsn = |name: &str| text(name).and_then(native_lsn).ok_or_else(|| format!("source.{name} is not an LSN"));
     let commit_lsn = lsn("commit_lsn")?;
     let op = event.get("op").and_then(Json::as_str).ok_or("a Debezium event without `op`")?;
-    let micros = source.get("ts_us").and_then(Json::as_i64).or_else(|| source.get("ts_ms").and_then(Json::as_i64).map(|ms| ms * 1000)).ok_or("source.ts_ms is missing")?;
+    let micros = source.get("ts_us").and_then(Json::as_i64).or_else(|| source.get("ts_ms").and_then(Json::as_i64).and_then(|ms| ms.checked_mul(1000))).ok_or("source.ts_ms is missing or out of range")?;
+    in_range(micros, "source.ts_us")?;
     let mut meta = Map::new();
     meta.insert(log::START_LSN.into(), json!(commit_lsn));
     meta.insert(log::SEQVAL.into(), json!(if op == "r" { commit_lsn.clone() } else { lsn("change_lsn")? }));
@@ -36,7 +37,12 @@ pub fn native_rows(schema: &TableSchema, value: &[u8]) -> Result<Vec<Vec<u8>>, S
     meta.insert(log::COMMIT_TS.into(), json!(format!("{}Z", timestamp_text(micros))));
     meta.insert(log::CAPTURE_INSTANCE.into(), json!(text("capture_instance").ok_or("source.capture_instance is missing (not written by mssql-cdc)")?));
     meta.insert(log::GENERATION.into(), source.get("generation").cloned().unwrap_or(json!(0)));
-    meta.insert(log::SNAPSHOT.into(), if op == "r" { json!(commit_lsn) } else { Json::Null });
+    // A chunked snapshot's rows are stamped with their wave's LSN; the snapshot's own is ours.
+    let snapshot_lsn = match text("snapshot_lsn") {
+        Some(lsn) => native_lsn(lsn).ok_or("source.snapshot_lsn is not an LSN")?,
+        None => commit_lsn.clone(),
+    };
+    meta.insert(log::SNAPSHOT.into(), if op == "r" { json!(snapshot_lsn) } else { Json::Null });
     let images: &[(&str, i64)] = match op {
         "c" => &[("after", 2)],
         "d" => &[("before", 1)],
@@ -77,9 +83,22 @@ pub fn native_value(ty: ColumnType, value: &Json) -> Result<Json, String> {
             full[16 - bytes.len()..].copy_from_slice(&bytes);
             json!(decimal_text(i128::from_be_bytes(full), scale))
         }
-        ColumnType::Date => json!(date_text(i32::try_from(number()?).map_err(|e| e.to_string())?)),
-        ColumnType::Time => json!(time_text(number()?)),
-        ColumnType::LocalTimestamp => json!(timestamp_text(number()?)),
+        ColumnType::Date => {
+            let days = number()?;
+            // 0001-01-01 to 9999-12-31, SQL Server's range.
+            if !(-719_162..=2_932_896).contains(&days) {
+                return Err(format!("{days} days is outside SQL Server's dates"));
+            }
+            json!(date_text(i32::try_from(days).map_err(|e| e.to_string())?))
+        }
+        ColumnType::Time => {
+            let micros = number()?;
+            if !(0..86_400_000_000).contains(&micros) {
+                return Err(format!("{micros} µs is not a time of day"));
+            }
+            json!(time_text(micros))
+        }
+        ColumnType::LocalTimestamp => json!(timestamp_text(in_range(number()?, "the timestamp")?)),
         ColumnType::Timestamp => {
             let text = value.as_str().ok_or_else(|| format!("{value} is not text"))?;
             let at = chrono::DateTime::parse_from_rfc3339(text).map_err(|e| format!("`{text}`: {e}"))?;
@@ -87,6 +106,13 @@ pub fn native_value(ty: ColumnType, value: &Json) -> Result<Json, String> {
         }
         _ => value.clone(),
     })
+}
+
+/// `micros` when it lies within SQL Server's years 1 to 9999.
+fn in_range(micros: i64, what: &str) -> Result<i64, String> {
+    const FIRST: i64 = -62_135_596_800_000_000;
+    const LAST: i64 = 253_402_300_799_999_999;
+    if (FIRST..=LAST).contains(&micros) { Ok(micros) } else { Err(format!("{what} {micros} µs is outside SQL Server's years 1 to 9999")) }
 }
 
 #[cfg(test)]
@@ -128,8 +154,9 @@ mod tests {
         let names = TableNames { server: "srv".into(), database: "shop".into(), schema: "dbo".into(), table: "orders".into(), topic: "srv.shop.dbo.orders".into() };
         for schemas in [true, false] {
             let mut writer = EventWriter::new(&schema(), names.clone(), EventSettings { schemas, tombstones: true });
+            // A chunked snapshot's row: stamped with its wave's LSN, naming the snapshot's.
             let mut snapshot = row(0, "0x00000027000007580005", "1.0000");
-            snapshot["_snapshot"] = json!("0x00000027000007580005");
+            snapshot["_snapshot"] = json!("0x00000027000007580001");
             let rows = [snapshot, row(2, "0x00000027000007580001", "-12.3400"), row(3, "0x00000027000007580002", "0.0001"), row(4, "0x00000027000007580002", "99999999999999.9999"), row(1, "0x00000027000007580003", "5.0000")];
             let mut back = Vec::new();
             for native in &rows {
@@ -141,6 +168,16 @@ mod tests {
             }
             assert_eq!(back, rows, "schemas: {schemas}");
         }
+    }
+
+    #[test]
+    fn values_outside_sql_servers_ranges_are_refused_not_wrapped() {
+        assert!(native_value(ColumnType::Date, &json!(i64::MAX)).is_err());
+        assert!(native_value(ColumnType::Date, &json!(-719_163)).is_err());
+        assert_eq!(native_value(ColumnType::Date, &json!(-1)).unwrap(), json!("1969-12-31"));
+        assert!(native_value(ColumnType::Time, &json!(86_400_000_000i64)).is_err());
+        assert!(native_value(ColumnType::LocalTimestamp, &json!(i64::MIN)).is_err());
+        assert_eq!(native_value(ColumnType::Decimal { precision: 5, scale: 0 }, &json!("/w==")).unwrap(), json!("-1"));
     }
 
     #[test]
