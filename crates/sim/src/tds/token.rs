@@ -64,13 +64,13 @@ pub fn mint(key: &[u8], principal: &str, issued: i64, expires: i64) -> String {
 /// Checks `token` against `key` at `now` (Unix seconds); the principal it names.
 pub fn verify(key: &[u8], token: &str, now: i64) -> Result<String, TokenRefused> {
     let mut parts = token.trim().split('.');
-    let (Some(header), Some(payload), Some(signature), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+    let (Some(head), Some(body), Some(signature), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(TokenRefused::Malformed);
     };
     let decode = |part: &str| URL_SAFE_NO_PAD.decode(part).map_err(|_| TokenRefused::Malformed);
-    let header: serde_json::Value = serde_json::from_slice(&decode(header)?).map_err(|_| TokenRefused::Malformed)?;
-    let claims: serde_json::Value = serde_json::from_slice(&decode(payload)?).map_err(|_| TokenRefused::Malformed)?;
-    let expected = hmac_sha256(key, format!("{}.{}", token_head(token), token_body(token)).as_bytes());
+    let header: serde_json::Value = serde_json::from_slice(&decode(head)?).map_err(|_| TokenRefused::Malformed)?;
+    let claims: serde_json::Value = serde_json::from_slice(&decode(body)?).map_err(|_| TokenRefused::Malformed)?;
+    let expected = hmac_sha256(key, format!("{head}.{body}").as_bytes());
     if header["alg"] != "HS256" || !same(&decode(signature)?, &expected) {
         return Err(TokenRefused::Untrusted);
     }
@@ -80,21 +80,6 @@ pub fn verify(key: &[u8], token: &str, now: i64) -> Result<String, TokenRefused>
     }
     let principal = claims["upn"].as_str().or_else(|| claims["sub"].as_str()).unwrap_or("token-identified principal");
     Ok(principal.to_owned())
-}
-
-fn token_head(token: &str) -> &str {
-    token.trim().split('.').next().unwrap_or("")
-}
-
-fn token_body(token: &str) -> &str {
-    token.trim().split('.').nth(1).unwrap_or("")
-}
-
-/// The `exp` claim of a JWT, without checking its signature (a client's view of when to fetch
-/// a new one). `None` for anything that is not a JWT with a numeric `exp`.
-pub fn expiry(token: &str) -> Option<i64> {
-    let payload = URL_SAFE_NO_PAD.decode(token_body(token).trim_end_matches('=')).ok()?;
-    serde_json::from_slice::<serde_json::Value>(&payload).ok()?["exp"].as_i64()
 }
 
 #[cfg(test)]
@@ -115,8 +100,6 @@ mod tests {
         assert_eq!(verify(b"key-1", &token, 2_000), Err(TokenRefused::Expired(2_000)));
         assert_eq!(verify(b"key-2", &token, 1_500), Err(TokenRefused::Untrusted));
         assert_eq!(verify(b"key-1", "not a token", 1_500), Err(TokenRefused::Malformed));
-        assert_eq!(expiry(&token), Some(2_000));
-        assert_eq!(expiry("opaque"), None);
         // A changed claim breaks the signature.
         let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
         parts[1] = URL_SAFE_NO_PAD.encode(r#"{"upn":"admin","exp":9999999999}"#);

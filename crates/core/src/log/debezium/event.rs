@@ -63,22 +63,26 @@ impl EventWriter {
             }
             4 => {
                 let before = self.before_image.take().ok_or("an update's after-image without its before-image")?;
-                if self.key(&before)? != self.key(&row)? {
-                    return self.key_moved(before, row, now);
+                let (old_key, new_key) = (self.key(&before)?, self.key(&row)?);
+                if old_key != new_key {
+                    return self.key_moved(before, old_key, row, new_key, now);
                 }
-                ("u", Some(before), Some(&row), 2)
+                let serial = self.serial(&row, operation, 2);
+                return self.event("u", Some(&before), Some(&row), &row, new_key, serial, now);
             }
             2 => ("c", None, Some(&row), 1),
-            1 => ("d", Some(row.clone()), None, 1),
+            1 => ("d", Some(&row), None, 1),
             0 => ("r", None, Some(&row), 0),
             other => return Err(format!("operation {other} is not a change the log carries")),
         };
         let serial = self.serial(&row, operation, count);
-        self.event(op, before.as_ref(), after, &row, serial, now)
+        let key = self.key(&row)?;
+        self.event(op, before, after, &row, key, serial, now)
     }
 
-    /// One event (and a delete's tombstone); `row` gives the key and `source`.
-    fn event(&self, op: &str, before: Option<&Map<String, Json>>, after: Option<&Map<String, Json>>, row: &Map<String, Json>, serial: Option<i64>, now: DateTime<Utc>) -> Result<Vec<EventRecord>, String> {
+    /// One event under `key` (and a delete's tombstone); `row` gives `source`.
+    #[allow(clippy::too_many_arguments)]
+    fn event(&self, op: &str, before: Option<&Map<String, Json>>, after: Option<&Map<String, Json>>, row: &Map<String, Json>, key: Vec<u8>, serial: Option<i64>, now: DateTime<Utc>) -> Result<Vec<EventRecord>, String> {
         let operation = row.get(log::OPERATION).and_then(Json::as_i64).unwrap_or_default();
         let payload = json!({
             "before": before.map(|image| self.image(image)).transpose()?,
@@ -90,7 +94,6 @@ impl EventWriter {
             "ts_us": now.timestamp_micros(),
             "ts_ns": now.timestamp_nanos_opt(),
         });
-        let key = self.key(row)?;
         let value = serde_json::to_vec(&match self.settings.schemas {
             true => connect::wrapped(&self.value_schema, payload),
             false => payload,
@@ -106,10 +109,10 @@ impl EventWriter {
     /// An update pair whose key changed (the key is a unique index CDC logs as an update):
     /// as Debezium writes it, a delete under the old key (with its tombstone) and a create
     /// under the new one, both at the pair's serial number.
-    fn key_moved(&mut self, before: Map<String, Json>, after: Map<String, Json>, now: DateTime<Utc>) -> Result<Vec<EventRecord>, String> {
+    fn key_moved(&mut self, before: Map<String, Json>, old_key: Vec<u8>, after: Map<String, Json>, new_key: Vec<u8>, now: DateTime<Utc>) -> Result<Vec<EventRecord>, String> {
         let serial = self.serial(&after, 4, 2);
-        let mut records = self.event("d", Some(&before), None, &before, serial, now)?;
-        records.extend(self.event("c", None, Some(&after), &after, serial, now)?);
+        let mut records = self.event("d", Some(&before), None, &before, old_key, serial, now)?;
+        records.extend(self.event("c", None, Some(&after), &after, new_key, serial, now)?);
         Ok(records)
     }
 
