@@ -18,6 +18,7 @@ mod bronze;
 mod cli;
 mod debezium;
 mod deploy;
+mod many;
 mod pipeline;
 mod reconcile;
 mod schema;

@@ -130,7 +130,7 @@ pub async fn seed(args: SeedArgs) -> anyhow::Result<ExitCode> {
     let request = SeedRequest { as_of, as_of_text: args.as_of.clone(), allow_missing_columns: args.allow_missing_columns, reseed: args.reseed };
     let context = StageContext::new(&name, worker);
     let cancel = stop_on_signal("stopping: a rerun with the same --as-of resumes the seed")?;
-    for stream in MssqlSource::build(settings, &context)?.into_streams() {
+    for stream in MssqlSource::build(settings, &context)?.into_streams()? {
         if let Some(failed) = print_offset(stream.seed(&request, &copy, cancel.clone()).await)? {
             return Ok(failed);
         }

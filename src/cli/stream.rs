@@ -68,7 +68,7 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
     };
     let request = if args.resnapshot { SnapshotRequest::Resnapshot } else { SnapshotRequest::Bootstrap };
     let context = StageContext::new(&name, worker);
-    let streams = MssqlSource::build(settings, &context)?.into_streams();
+    let streams = MssqlSource::build(settings, &context)?.into_streams()?;
     let cancel = stop_on_signal("stopping: the snapshot resumes from its last published read next time")?;
     for stream in streams {
         if let Some(failed) = print_offset(stream.take_snapshot(request, cancel.clone()).await)? {
@@ -120,7 +120,7 @@ pub async fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
     let context = StageContext::new(&name, worker);
     let cancel = stop_on_signal("stopping: the backfill resumes from its last published chunk next time")?;
     let mut again = false;
-    for stream in MssqlSource::build(settings, &context)?.into_streams() {
+    for stream in MssqlSource::build(settings, &context)?.into_streams()? {
         match stream.take_snapshot(SnapshotRequest::Bootstrap, cancel.clone()).await {
             Ok(Some(offset)) => {
                 let status = offset.backfill.unwrap_or_else(|| mssql_cdc_source::stream::BackfillStatus::of(offset.snapshot.as_ref(), "", ""));
@@ -162,7 +162,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_PROBLEMS));
     };
     let context = StageContext::new(&name, worker);
-    for stream in MssqlSource::build(settings, &context)?.into_streams() {
+    for stream in MssqlSource::build(settings, &context)?.into_streams()? {
         match stream.status().await {
             Ok(status) if args.json => println!("{}", serde_json::to_string(&status)?),
             Ok(status) => print!("{}", table(&status)),

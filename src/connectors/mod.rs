@@ -17,6 +17,7 @@ pub mod registry;
 use mssql_cdc_core::config::load::{env_name, Document, LoadError, CONNECTOR_ENV_PREFIX};
 use mssql_cdc_core::config::problem::{Problem, Problems};
 use mssql_cdc_core::config::WorkerConfig;
+use mssql_cdc_core::stage::board::TableBoard;
 use mssql_cdc_core::stage::supervisor::supervise;
 use mssql_cdc_core::stage::{StageContext, StageError};
 use tokio_util::sync::CancellationToken;
@@ -89,7 +90,12 @@ impl ConnectorConfig {
     /// before anything starts; that stage is the first attempt, and the supervisor builds a
     /// fresh one for every retry.
     pub fn supervised(self, worker: &WorkerConfig, cancel: CancellationToken) -> Result<impl Future<Output = Result<(), StageError>> + Send + 'static, StageError> {
-        let context = StageContext::new(&self.name, worker.clone());
+        self.supervised_with(worker, cancel, TableBoard::default())
+    }
+
+    /// [`ConnectorConfig::supervised`], showing its tables on `board`.
+    pub fn supervised_with(self, worker: &WorkerConfig, cancel: CancellationToken, board: TableBoard) -> Result<impl Future<Output = Result<(), StageError>> + Send + 'static, StageError> {
+        let context = StageContext { tables: board, ..StageContext::new(&self.name, worker.clone()) };
         let mut first = Some(self.settings.clone().build(&context)?);
         let progress = context.progress.clone();
         let settings = self.settings;

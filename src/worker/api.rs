@@ -4,7 +4,9 @@
 //! |---|---|
 //! | `GET /connectors` | `["name", ...]` |
 //! | `GET /connectors/{name}` | `{name, type, config}`: the options, secrets redacted |
-//! | `GET /connectors/{name}/status` | `{name, type, connector: {state, worker_id, trace?, reason?}, tasks: [...]}`; `reason` is `failed` or `schema_changed` |
+//! | `GET /connectors/{name}/status` | `{name, type, connector: {state, worker_id, trace?, reason?}, tasks: [...]}`; `reason` is `failed` or `schema_changed`; a stage of many tables has one task per table (`{id, table, state, worker_id, trace?, reason?}`) |
+//! | `GET /connectors/{name}/tasks` | the tasks, `[{id: {connector, task}, table}]` |
+//! | `POST /connectors/{name}/tasks/{task}/restart` | 204; one table (its task id or `schema.table`) starts again from its checkpoints, the others go on; 404 for an unknown table, 409 when the connector does not run |
 //! | `PUT /connectors/{name}/pause` | 202; the stage stops until resumed |
 //! | `PUT /connectors/{name}/resume` | 202 |
 //! | `POST /connectors/{name}/restart` | 204; the stage starts again from its checkpoints |
@@ -26,6 +28,7 @@ use axum::Router;
 use base64::Engine as _;
 use mssql_cdc_core::config::api::BasicAuth;
 use mssql_cdc_core::config::secret::SecretError;
+use mssql_cdc_core::stage::board::TableRestartError;
 use serde_json::{json, Value};
 
 use super::{Status, Worker, WorkerError};
@@ -57,6 +60,8 @@ pub fn router(worker: Arc<Worker>, worker_id: String) -> Result<Router, SecretEr
         .route("/connectors/{name}/pause", put(pause))
         .route("/connectors/{name}/resume", put(resume))
         .route("/connectors/{name}/restart", post(restart))
+        .route("/connectors/{name}/tasks", get(tasks))
+        .route("/connectors/{name}/tasks/{task}/restart", post(restart_task))
         .route_layer(middleware::from_fn_with_state(api.clone(), authorize))
         .with_state(api))
 }
@@ -101,6 +106,8 @@ impl IntoResponse for WorkerError {
             }
             WorkerError::NoConfigDir => failure(StatusCode::CONFLICT, self.to_string(), None),
             WorkerError::Store(_) => failure(StatusCode::INTERNAL_SERVER_ERROR, self.to_string(), None),
+            WorkerError::Table(TableRestartError::UnknownTable(_)) => failure(StatusCode::NOT_FOUND, self.to_string(), None),
+            WorkerError::Table(TableRestartError::NotRunning) => failure(StatusCode::CONFLICT, self.to_string(), None),
         }
     }
 }
@@ -114,10 +121,31 @@ async fn list(State(api): State<Api>) -> Response {
     answer(StatusCode::OK, &json!(api.worker.names()))
 }
 
+/// The connector's task ids: one per table of a multi-table stage, else one.
+fn task_ids(api: &Api, name: &str) -> Result<Vec<Value>, WorkerError> {
+    let tables = api.worker.tables(name)?;
+    if tables.is_empty() {
+        return Ok(vec![json!({"connector": name, "task": 0})]);
+    }
+    Ok(tables.iter().enumerate().map(|(task, _)| json!({"connector": name, "task": task})).collect())
+}
+
 fn described(api: &Api, name: &str) -> Result<Value, WorkerError> {
     let status = api.worker.status(name)?;
     let config = api.worker.redacted_config(name)?;
-    Ok(json!({"name": name, "type": connector_type(status.kind), "config": config, "tasks": [{"connector": name, "task": 0}]}))
+    Ok(json!({"name": name, "type": connector_type(status.kind), "config": config, "tasks": task_ids(api, name)?}))
+}
+
+async fn tasks(State(api): State<Api>, Path(name): Path<String>) -> Result<Response, WorkerError> {
+    let tables = api.worker.tables(&name)?;
+    let ids = task_ids(&api, &name)?;
+    let listed: Vec<Value> = ids.into_iter().enumerate().map(|(index, id)| json!({"id": id, "table": tables.get(index).map(|t| t.table.clone())})).collect();
+    Ok(answer(StatusCode::OK, &Value::Array(listed)))
+}
+
+async fn restart_task(State(api): State<Api>, Path((name, task)): Path<(String, String)>) -> Result<StatusCode, WorkerError> {
+    api.worker.restart_table(&name, &task)?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn describe(State(api): State<Api>, Path(name): Path<String>) -> Result<Response, WorkerError> {
@@ -139,7 +167,23 @@ fn status_body(api: &Api, status: &Status) -> Value {
 
 async fn status(State(api): State<Api>, Path(name): Path<String>) -> Result<Response, WorkerError> {
     let status = api.worker.status(&name)?;
-    Ok(answer(StatusCode::OK, &status_body(&api, &status)))
+    let mut body = status_body(&api, &status);
+    let tables = api.worker.tables(&name)?;
+    // A running stage of many tables: a task per table. A stopped one shows its own state.
+    if !tables.is_empty() && status.state == super::State::Running {
+        let tasks: Vec<Value> = tables
+            .iter()
+            .enumerate()
+            .map(|(id, table)| {
+                let mut task = serde_json::to_value(table).unwrap_or_default();
+                task["id"] = id.into();
+                task["worker_id"] = api.worker_id.clone().into();
+                task
+            })
+            .collect();
+        body["tasks"] = Value::Array(tasks);
+    }
+    Ok(answer(StatusCode::OK, &body))
 }
 
 async fn pause(State(api): State<Api>, Path(name): Path<String>) -> Result<StatusCode, WorkerError> {

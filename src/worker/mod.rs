@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mssql_cdc_core::config::{Document, Problem, WorkerConfig};
-use mssql_cdc_core::stage::StopReason;
+use mssql_cdc_core::stage::board::{TableBoard, TableRestartError, TableStatus};
+use mssql_cdc_core::stage::{error_trace as trace, StopReason};
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -68,6 +69,9 @@ pub enum WorkerError {
     /// The config directory could not be written.
     #[error("config directory: {0}")]
     Store(#[from] store::StoreError),
+    /// A table restart that cannot be carried out.
+    #[error(transparent)]
+    Table(TableRestartError),
 }
 
 struct Slot {
@@ -82,6 +86,8 @@ struct Slot {
     handle: Option<JoinHandle<()>>,
     /// Bumped by every start and stop, so a run that ends late reports nothing.
     epoch: u64,
+    /// The stage's tables (a multi-table stage's; empty for a one-table sink).
+    tables: TableBoard,
 }
 
 /// The connectors of this process.
@@ -116,7 +122,7 @@ impl Worker {
         {
             let mut slots = self.lock();
             let epoch = slots.get(&name).map_or(0, |s| s.epoch + 1);
-            slots.insert(name.clone(), Slot { config, text, state: State::Unassigned, trace: None, reason: None, cancel: None, handle: None, epoch });
+            slots.insert(name.clone(), Slot { config, text, state: State::Unassigned, trace: None, reason: None, cancel: None, handle: None, epoch, tables: TableBoard::default() });
         }
         self.start(&name);
     }
@@ -177,6 +183,24 @@ impl Worker {
         self.status(name)?;
         self.stop_run(name).await;
         self.start(name);
+        Ok(())
+    }
+
+    /// The tables of a connector's stage, each with its state.
+    pub fn tables(&self, name: &str) -> Result<Vec<TableStatus>, WorkerError> {
+        self.lock().get(name).map(|slot| slot.tables.statuses()).ok_or_else(|| WorkerError::NotFound(name.to_owned()))
+    }
+
+    /// Starts one table of a running connector again (by `schema.table`, or its index in
+    /// [`Worker::tables`]), leaving its other tables alone.
+    pub fn restart_table(&self, name: &str, table: &str) -> Result<(), WorkerError> {
+        let board = self.lock().get(name).map(|slot| slot.tables.clone()).ok_or_else(|| WorkerError::NotFound(name.to_owned()))?;
+        let table = match table.parse::<usize>() {
+            Ok(index) => board.statuses().get(index).map(|status| status.table.clone()).ok_or_else(|| WorkerError::Table(TableRestartError::UnknownTable(table.to_owned())))?,
+            Err(_) => table.to_owned(),
+        };
+        board.restart(&table).map_err(WorkerError::Table)?;
+        tracing::info!(connector = %name, table = %table, "table restart asked for");
         Ok(())
     }
 
@@ -241,7 +265,7 @@ impl Worker {
         slot.epoch += 1;
         let epoch = slot.epoch;
         let cancel = self.root.child_token();
-        match slot.config.clone().supervised(&self.config, cancel.clone()) {
+        match slot.config.clone().supervised_with(&self.config, cancel.clone(), slot.tables.clone()) {
             Ok(stage) => {
                 slot.state = State::Running;
                 slot.trace = None;
@@ -313,16 +337,3 @@ fn status(name: &str, slot: &Slot) -> Status {
     Status { name: name.to_owned(), kind: slot.config.kind, state: slot.state, trace: slot.trace.clone(), reason: slot.reason }
 }
 
-/// An error and its causes, one per line.
-fn trace(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut lines = vec![error.to_string()];
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        let text = next.to_string();
-        if !lines.last().is_some_and(|last| last.contains(&text)) {
-            lines.push(format!("caused by: {text}"));
-        }
-        cause = next.source();
-    }
-    lines.join("\n")
-}

@@ -37,4 +37,5 @@ pub mod config;
 pub mod kafka;
 pub mod log;
 pub mod stage;
+pub mod tables;
 pub mod telemetry;

@@ -43,3 +43,4 @@ pub mod delta;
 pub mod facts;
 pub mod fault;
 pub mod silver;
+pub mod tables;

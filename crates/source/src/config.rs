@@ -1,6 +1,7 @@
 //! [`MssqlSourceOptions`]: the options of an `mssql-source` connector file, and the
 //! [`MssqlSourceSettings`] validation makes of them.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +24,8 @@ use mssql_cdc_types::timezone::ServerZone;
 use crate::auth::config::{AuthenticationKind, EntraIdOptions};
 pub use crate::auth::login::{Encrypt, Login, ServerTrust};
 use crate::backfill::config::{BackfillOptions, BackfillSettings};
+use mssql_cdc_core::tables::pattern::PATTERN_FORM;
+use mssql_cdc_core::tables::{check_override_keys, override_for, TablePattern};
 
 /// Options of `mssql-source`. Names follow the reference library's, in snake_case.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -63,9 +66,22 @@ pub struct MssqlSourceOptions {
     pub trust_server_certificate: bool,
     /// PEM file of the CA that signs the server's certificate. Default: system trust store.
     pub trust_server_certificate_ca: Option<PathBuf>,
-    /// Capture instances to read, e.g. `["dbo_orders"]`. Required, at least one. Matched
-    /// ignoring case, an exact match winning.
+    /// Capture instances to read, e.g. `["dbo_orders"]`. Matched ignoring case, an exact
+    /// match winning. This list, `tables`, or both: at least one table.
     pub capture_instances: Vec<String>,
+    /// Tables to read by pattern, `schema.table` with `*` for any characters and `?` for one,
+    /// e.g. `["dbo.*"]`: every table with a capture instance that matches (its oldest
+    /// instance; the stream moves to newer ones). Looked for again every
+    /// `discovery_interval_ms`, so a table enabled later is picked up. Default: none.
+    pub tables: Vec<String>,
+    /// Tables left out of `tables`, same form, e.g. `["dbo.audit_*"]`. Default: none.
+    pub exclude_tables: Vec<String>,
+    /// With `tables`: how often the capture instances are listed again for tables enabled
+    /// since, milliseconds. Default 60000.
+    pub discovery_interval_ms: u64,
+    /// Settings of one table (`[overrides."dbo.orders"]`): `columns` and `snapshot_keys`,
+    /// in place of the file's. Keys are `schema.table`, matched ignoring case.
+    pub overrides: BTreeMap<String, SourceOverride>,
     /// Prefix of the topics: `<topic_prefix>.<database>.<schema>.<table>`. Required.
     pub topic_prefix: Option<String>,
     /// Encoding of data records: `json` (default) or `avro`.
@@ -166,6 +182,10 @@ impl Default for MssqlSourceOptions {
             trust_server_certificate: false,
             trust_server_certificate_ca: None,
             capture_instances: Vec::new(),
+            tables: Vec::new(),
+            exclude_tables: Vec::new(),
+            discovery_interval_ms: 60_000,
+            overrides: BTreeMap::new(),
             topic_prefix: None,
             format: RecordFormat::Json,
             schema_registry: None,
@@ -217,6 +237,48 @@ impl Default for DebeziumOptions {
     }
 }
 
+/// `[overrides."schema.table"]`: one table's settings in place of the file's.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SourceOverride {
+    /// The table's `columns` (same form as the file's).
+    pub columns: Option<Vec<String>>,
+    /// The table's `snapshot_keys`.
+    pub snapshot_keys: Option<Vec<String>>,
+}
+
+/// One table's validated override.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TableOverride {
+    /// Its `columns`, when given.
+    pub columns: Option<Vec<ColumnChoice>>,
+    /// Its `snapshot_keys`, when given.
+    pub snapshot_keys: Option<Vec<String>>,
+}
+
+/// Which tables a source file reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TableSelection {
+    /// Capture instances listed by name.
+    pub capture_instances: Vec<String>,
+    /// Tables selected by pattern.
+    pub include: Vec<TablePattern>,
+    /// Tables left out of `include`.
+    pub exclude: Vec<TablePattern>,
+    /// How often the instances are listed again (with patterns).
+    pub discovery_interval: Duration,
+    /// Per-table settings by `schema.table`.
+    pub overrides: BTreeMap<String, TableOverride>,
+}
+
+impl TableSelection {
+    /// Whether the tables are found by listing the database's capture instances: with
+    /// patterns, or overrides (which need each listed instance's table). Otherwise each listed
+    /// instance is its own stream, resolved as it starts.
+    pub fn discovers(&self) -> bool {
+        !self.include.is_empty() || !self.overrides.is_empty()
+    }
+}
 
 /// What the source does when CDC cleanup purged changes it has not read (`on_data_loss`).
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -282,8 +344,10 @@ pub struct SnapshotSettings {
 pub struct MssqlSourceSettings {
     /// How to reach and log in to SQL Server.
     pub login: Login,
-    /// Capture instances to read (at least one, each once).
+    /// Capture instances to read, each once (a table's stream reads one at a time).
     pub capture_instances: Vec<String>,
+    /// Which tables to read, and their overrides.
+    pub tables: TableSelection,
     /// Prefix of the data topics.
     pub topic_prefix: String,
     /// Encoding of data records, with the registry for Avro.
@@ -319,6 +383,23 @@ pub struct MssqlSourceSettings {
     pub topic_partitions: i32,
     /// librdkafka producer properties passed through (no worker-owned keys).
     pub producer_properties: Properties,
+}
+
+impl MssqlSourceSettings {
+    /// The settings of one table: the file's, with the table's override (`schema.table`) in
+    /// place.
+    pub fn for_table(&self, schema: &str, table: &str) -> MssqlSourceSettings {
+        let mut settings = self.clone();
+        if let Some(given) = override_for(&self.tables.overrides, &mssql_cdc_core::tables::table_id(schema, table)) {
+            if let Some(columns) = &given.columns {
+                settings.columns = columns.clone();
+            }
+            if let Some(keys) = &given.snapshot_keys {
+                settings.snapshot.keys = keys.clone();
+            }
+        }
+        settings
+    }
 }
 
 /// Where a new stream starts (`starting_lsn`).
@@ -435,6 +516,7 @@ impl ConnectorKind for MssqlSourceOptions {
     fn validate(self, problems: &mut Problems) -> Option<MssqlSourceSettings> {
         let login = self.login(problems);
         self.check_capture_instances(problems);
+        let tables = self.table_selection(problems);
         let topic_prefix = match &self.topic_prefix {
             None => {
                 problems.missing("topic_prefix", TOPIC_FORM);
@@ -472,6 +554,7 @@ impl ConnectorKind for MssqlSourceOptions {
         Some(MssqlSourceSettings {
             login: login?,
             capture_instances: self.capture_instances,
+            tables,
             topic_prefix: topic_prefix?,
             encoding: encoding?,
             debezium: debezium?,
@@ -536,11 +619,7 @@ impl MssqlSourceOptions {
         if self.lock_timeout_ms == 0 {
             problems.invalid("lock_timeout_ms", "zero", "a positive number of milliseconds");
         }
-        for (index, key) in self.snapshot_keys.iter().enumerate() {
-            if key.is_empty() || key.len() > 128 || key.chars().any(|c| c == ']' || c.is_control()) || self.snapshot_keys[..index].contains(key) {
-                problems.invalid(&format!("snapshot_keys.{index}"), "not a column name, or listed twice", "captured column names, each once");
-            }
-        }
+        check_snapshot_keys(problems, "snapshot_keys", &self.snapshot_keys);
         let backfill = self.backfill.validate(problems);
         (problems.len() == before).then_some(())?;
         Some(SnapshotSettings {
@@ -557,8 +636,8 @@ impl MssqlSourceOptions {
     }
 
     fn check_capture_instances(&self, problems: &mut Problems) {
-        if self.capture_instances.is_empty() {
-            problems.missing("capture_instances", "a list of capture instance names such as [\"dbo_orders\"]");
+        if self.capture_instances.is_empty() && self.tables.is_empty() {
+            problems.missing("capture_instances", "a list of capture instance names such as [\"dbo_orders\"], or table patterns in `tables` such as [\"dbo.*\"]");
         }
         for (index, name) in self.capture_instances.iter().enumerate() {
             if name.is_empty() || name.chars().count() > 100 || name.chars().any(|c| c == ']' || c.is_control()) {
@@ -570,21 +649,75 @@ impl MssqlSourceOptions {
         }
     }
 
-    fn column_choices(&self, problems: &mut Problems) -> Vec<ColumnChoice> {
-        let mut choices = Vec::with_capacity(self.columns.len());
-        for (index, column) in self.columns.iter().enumerate() {
-            match parse_column(column) {
-                Some(choice) => choices.push(choice),
-                None => problems.invalid(
-                    &format!("columns.{index}"),
-                    "not a column",
-                    "a column name, or a name and a T-SQL type to cast to, such as \"amount decimal(18,2)\"",
-                ),
-            }
+    /// Patterns, exclusions and overrides; the capture instance list is in the result too.
+    fn table_selection(&self, problems: &mut Problems) -> TableSelection {
+        let patterns = |problems: &mut Problems, key: &str, texts: &[String]| -> Vec<TablePattern> {
+            texts
+                .iter()
+                .enumerate()
+                .filter_map(|(index, text)| {
+                    let pattern = TablePattern::parse(text);
+                    if pattern.is_none() {
+                        problems.invalid(&format!("{key}.{index}"), "not a table pattern", PATTERN_FORM);
+                    }
+                    pattern
+                })
+                .collect()
+        };
+        let include = patterns(problems, "tables", &self.tables);
+        let exclude = patterns(problems, "exclude_tables", &self.exclude_tables);
+        if !self.exclude_tables.is_empty() && self.tables.is_empty() {
+            problems.invalid("exclude_tables", "set without tables", "table patterns in `tables` to exclude from");
         }
-        choices
+        if self.discovery_interval_ms < 1000 {
+            problems.invalid("discovery_interval_ms", "under a second", "milliseconds, at least 1000");
+        }
+        check_override_keys(problems, "overrides", &self.overrides);
+        let mut overrides = BTreeMap::new();
+        for (table, given) in &self.overrides {
+            let key = format!("overrides.{table}");
+            let columns = given.columns.as_ref().map(|columns| column_choices(problems, &format!("{key}.columns"), columns));
+            if let Some(keys) = &given.snapshot_keys {
+                check_snapshot_keys(problems, &format!("{key}.snapshot_keys"), keys);
+            }
+            overrides.insert(table.clone(), TableOverride { columns, snapshot_keys: given.snapshot_keys.clone() });
+        }
+        TableSelection {
+            capture_instances: self.capture_instances.clone(),
+            include,
+            exclude,
+            discovery_interval: Duration::from_millis(self.discovery_interval_ms),
+            overrides,
+        }
     }
 
+    fn column_choices(&self, problems: &mut Problems) -> Vec<ColumnChoice> {
+        column_choices(problems, "columns", &self.columns)
+    }
+}
+
+/// Checks `snapshot_keys` (or an override's) under `key`.
+fn check_snapshot_keys(problems: &mut Problems, key: &str, keys: &[String]) {
+    for (index, name) in keys.iter().enumerate() {
+        if name.is_empty() || name.len() > 128 || name.chars().any(|c| c == ']' || c.is_control()) || keys[..index].contains(name) {
+            problems.invalid(&format!("{key}.{index}"), "not a column name, or listed twice", "captured column names, each once");
+        }
+    }
+}
+
+/// Parses `columns` (or an override's) under `key`.
+fn column_choices(problems: &mut Problems, key: &str, columns: &[String]) -> Vec<ColumnChoice> {
+    let mut choices = Vec::with_capacity(columns.len());
+    for (index, column) in columns.iter().enumerate() {
+        match parse_column(column) {
+            Some(choice) => choices.push(choice),
+            None => problems.invalid(&format!("{key}.{index}"), "not a column", "a column name, or a name and a T-SQL type to cast to, such as \"amount decimal(18,2)\""),
+        }
+    }
+    choices
+}
+
+impl MssqlSourceOptions {
     /// Sizes, intervals and pass-through properties.
     fn check_counts(&self, problems: &mut Problems) {
         if self.fetch_rows == 0 {
@@ -628,10 +761,10 @@ pub fn parse_column(text: &str) -> Option<ColumnChoice> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn valid() -> MssqlSourceOptions {
+    pub(crate) fn valid() -> MssqlSourceOptions {
         MssqlSourceOptions {
             connection_string: Some(ConnectionString("Server=sql,1433;Database=sales".into())),
             capture_instances: vec!["dbo_orders".into()],
@@ -735,5 +868,34 @@ mod tests {
         assert_eq!(problem_keys(&options), vec!["connection_string"]);
         let shown = format!("{options:?}");
         assert!(!shown.contains("Tr0ub4dor"), "{shown}");
+    }
+
+    /// Tables by pattern need no capture instance list; patterns, exclusions, the interval and
+    /// each override are checked with their key paths; an override replaces the file's
+    /// columns and snapshot keys for its table only.
+    #[test]
+    fn patterns_and_overrides_are_checked_and_applied_per_table() {
+        let options = MssqlSourceOptions {
+            capture_instances: vec![],
+            tables: vec!["dbo.*".into()],
+            exclude_tables: vec!["dbo.audit_*".into()],
+            overrides: [("dbo.orders".to_owned(), SourceOverride { columns: Some(vec!["order_id".into(), "amount decimal(18,2)".into()]), snapshot_keys: Some(vec!["order_id".into()]) })].into(),
+            ..valid()
+        };
+        let settings = options.clone().validate(&mut Problems::under("")).unwrap();
+        assert!(settings.tables.discovers());
+        let orders = settings.for_table("DBO", "Orders");
+        assert_eq!(orders.columns.len(), 2);
+        assert_eq!(orders.snapshot.keys, ["order_id"]);
+        assert!(settings.for_table("dbo", "lines").columns.is_empty());
+        let bad = MssqlSourceOptions {
+            tables: vec!["orders".into()],
+            discovery_interval_ms: 10,
+            overrides: [("orders".to_owned(), SourceOverride::default()), ("dbo.x".to_owned(), SourceOverride { columns: Some(vec!["a geography".into()]), snapshot_keys: None })].into(),
+            ..options
+        };
+        assert_eq!(problem_keys(&bad), ["tables.0", "discovery_interval_ms", "overrides.orders", "overrides.dbo.x.columns.0"]);
+        let nothing = MssqlSourceOptions { capture_instances: vec![], ..valid() };
+        assert_eq!(problem_keys(&nothing), ["capture_instances"]);
     }
 }

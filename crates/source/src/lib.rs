@@ -1,7 +1,8 @@
 //! `mssql-source`: SQL Server CDC to Kafka, in commit-aligned batches, resumable from the log.
 //!
-//! One [`stream::Stream`] per capture instance, each with its own SQL Server connection and
-//! producer:
+//! One [`stream::Stream`] per table (the capture instances listed, the tables `tables`
+//! patterns select), each with its own SQL Server connection and producer, each run apart
+//! ([`tables`]):
 //!
 //! 1. resolve the capture instance ([`reader::resolve_instance`]) and its captured columns;
 //! 2. read the control topic's last record: the position and the next batch id
@@ -27,6 +28,7 @@ pub mod reader;
 pub mod rows;
 pub mod seed;
 pub mod stream;
+pub mod tables;
 pub mod zone;
 
 use std::sync::Arc;
@@ -38,56 +40,51 @@ pub use config::{MssqlSourceOptions, MssqlSourceSettings};
 pub use error::SourceError;
 
 use mssql_cdc_core::log::registry::SchemaRegistry;
+use mssql_cdc_core::stage::board::TableBoard;
+use mssql_cdc_core::stage::retry::RetryConfig;
+use mssql_cdc_core::stage::tables::{run_tables, Fixed};
 use mssql_cdc_core::stage::{Stage, StageContext, StageError};
 
-/// The `mssql-source` stage: one stream per configured capture instance.
+/// The `mssql-source` stage: one stream per table, each run apart so that one table's fatal
+/// error stops that table only ([`tables`]).
 pub struct MssqlSource {
     name: String,
-    streams: Vec<stream::Stream>,
+    parts: tables::StreamParts,
+    retry: RetryConfig,
+    board: TableBoard,
 }
 
 impl MssqlSource {
-    /// Builds the streams (no network).
+    /// Builds the stage (no network).
     pub fn build(settings: MssqlSourceSettings, context: &StageContext) -> Result<Self, SourceError> {
         let registry = match &settings.encoding {
             mssql_cdc_core::log::Encoding::Avro(registry) => Some(Arc::new(SchemaRegistry::new(registry)?)),
             mssql_cdc_core::log::Encoding::Json => None,
         };
-        let options = Arc::new(settings);
-        let streams = options
-            .capture_instances
-            .iter()
-            .map(|ci| stream::Stream::new(&context.name, ci, options.clone(), &context.worker.kafka, registry.clone()).map(|stream| stream.reporting(context.progress.clone())))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { name: context.name.clone(), streams })
+        // Secrets and the login are checked now, before anything runs.
+        connection::Connector::new(&settings.login)?;
+        let parts = tables::StreamParts { connector: context.name.clone(), settings: Arc::new(settings), kafka: context.worker.kafka.clone(), registry };
+        Ok(Self { name: context.name.clone(), parts, retry: context.worker.retry.clone(), board: context.tables.clone() })
     }
 
-    /// The streams, one per capture instance, for commands that drive them one at a time
-    /// (`mssql-cdc snapshot`, `mssql-cdc status`).
-    pub fn into_streams(self) -> Vec<stream::Stream> {
-        self.streams
+    /// The streams of the listed capture instances, for commands that drive them one at a
+    /// time (`mssql-cdc snapshot`, `mssql-cdc status`).
+    pub fn into_streams(self) -> Result<Vec<stream::Stream>, SourceError> {
+        let parts = &self.parts;
+        parts.settings.capture_instances.iter().map(|ci| stream::Stream::new(&parts.connector, ci, parts.settings.clone(), &parts.kafka, parts.registry.clone())).collect()
     }
 }
 
 impl Stage for MssqlSource {
     fn run(self: Box<Self>, cancel: CancellationToken) -> BoxFuture<'static, Result<(), StageError>> {
         Box::pin(async move {
-            let name = self.name.clone();
-            let mut tasks = tokio::task::JoinSet::new();
-            for stream in self.streams {
-                let cancel = cancel.clone();
-                tasks.spawn(stream.run(cancel));
+            let Self { name, parts, retry, board } = *self;
+            if parts.settings.tables.discovers() {
+                let discovered = tables::Discovered::new(parts).map_err(|e| StageError::from_cause(&name, e))?;
+                run_tables(&name, &retry, &board, discovered, cancel).await
+            } else {
+                run_tables(&name, &retry, &board, Fixed(parts.listed()), cancel).await
             }
-            // The first stream to fail stops the others: the stage fails as a whole.
-            while let Some(joined) = tasks.join_next().await {
-                let result = joined.map_err(|e| StageError::new(&name, e.to_string()))?;
-                if let Err(error) = result {
-                    cancel.cancel();
-                    while tasks.join_next().await.is_some() {}
-                    return Err(StageError::from_cause(&name, error));
-                }
-            }
-            Ok(())
         })
     }
 }

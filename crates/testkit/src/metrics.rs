@@ -8,11 +8,16 @@ use crate::error::{io, Result};
 
 /// `GET <path>` on `address` (HTTP/1.0): (status code, body).
 pub fn get(address: SocketAddr, path: &str) -> Result<(u16, String)> {
+    request(address, "GET", path)
+}
+
+/// A plain HTTP/1.0 request without a body on loopback: (status code, body).
+pub fn request(address: SocketAddr, method: &str, path: &str) -> Result<(u16, String)> {
     let mut stream = TcpStream::connect(address).map_err(io(format!("connecting to {address}")))?;
     stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(io("setting a read timeout"))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").map_err(io(format!("GET {path}")))?;
+    write!(stream, "{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n").map_err(io(format!("{method} {path}")))?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).map_err(io(format!("reading GET {path}")))?;
+    stream.read_to_string(&mut response).map_err(io(format!("reading {method} {path}")))?;
     let status = response.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
     let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
     Ok((status, body))

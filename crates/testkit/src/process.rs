@@ -155,6 +155,29 @@ impl Process {
     }
 }
 
+/// The established TCP connections process `pid` holds to a peer on `port` (from its
+/// `/proc/<pid>/fd` sockets and `/proc/<pid>/net/tcp{,6}`); 0 where `/proc` cannot say.
+pub fn tcp_connections_to(pid: u32, port: u16) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return 0 };
+    let inodes: std::collections::HashSet<String> = fds
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|link| link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_owned))
+        .collect();
+    let wanted = format!(":{port:04X}");
+    let mut count = 0;
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else { continue };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            if fields.len() > 9 && fields[2].ends_with(&wanted) && fields[3] == "01" && inodes.contains(fields[9]) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         // A stopped (SIGSTOP) process still dies of SIGKILL.

@@ -33,6 +33,23 @@ pub fn topic_ready(metadata: &rdkafka::metadata::Metadata, topic: &str) -> bool 
     metadata.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
 }
 
+/// The names of the topics on the cluster (internal ones, `__`-prefixed, left out). The
+/// metadata request runs on the blocking pool.
+pub async fn list_topics(kafka: &KafkaConfig) -> Result<Vec<String>, AdminError> {
+    let consumer: rdkafka::consumer::BaseConsumer = kafka.client_config()?.create()?;
+    let listed = tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::Consumer;
+        consumer.fetch_metadata(None, std::time::Duration::from_secs(10)).map(|metadata| {
+            metadata.topics().iter().filter(|t| t.error().is_none() && !t.name().starts_with("__")).map(|t| t.name().to_owned()).collect::<Vec<String>>()
+        })
+    })
+    .await;
+    match listed {
+        Ok(result) => Ok(result?),
+        Err(joined) => Err(AdminError::Request(KafkaError::Canceled)).inspect_err(|_| tracing::warn!(error = %joined, "listing topics was interrupted")),
+    }
+}
+
 /// Creates each `(topic, partitions)` that does not exist yet, with the broker's default
 /// replication; existing topics are left as they are.
 pub async fn ensure_topics(kafka: &KafkaConfig, topics: &[(&str, i32)]) -> Result<(), AdminError> {

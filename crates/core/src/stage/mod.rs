@@ -7,8 +7,10 @@
 //! `docs/connectors/`. `mssql-cdc run` loads connector files, builds their stages and runs them
 //! side by side until SIGINT/SIGTERM or the first stage error.
 
+pub mod board;
 pub mod retry;
 pub mod supervisor;
+pub mod tables;
 
 use std::fmt::Debug;
 
@@ -57,12 +59,14 @@ pub struct StageContext {
     pub worker: WorkerConfig,
     /// Where the stage reports progress (the supervisor reads it).
     pub progress: Progress,
+    /// Where a multi-table stage shows each table's state and takes restarts of one table.
+    pub tables: board::TableBoard,
 }
 
 impl StageContext {
     /// A context with a fresh progress counter.
     pub fn new(name: &str, worker: WorkerConfig) -> Self {
-        Self { name: name.to_owned(), worker, progress: Progress::default() }
+        Self { name: name.to_owned(), worker, progress: Progress::default(), tables: board::TableBoard::default() }
     }
 }
 
@@ -167,4 +171,19 @@ impl StageError {
     pub fn reason(&self) -> StopReason {
         self.reason
     }
+}
+
+/// An error and its causes, one per line (a cause its parent's message already holds is left
+/// out).
+pub fn error_trace(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut lines = vec![error.to_string()];
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !lines.last().is_some_and(|last| last.contains(&text)) {
+            lines.push(format!("caused by: {text}"));
+        }
+        cause = next.source();
+    }
+    lines.join("\n")
 }

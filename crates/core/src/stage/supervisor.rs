@@ -36,14 +36,27 @@ const HEALTHY_RUN: Duration = Duration::from_secs(300);
 
 /// Runs the stage `build` makes until `cancel` fires (then `Ok`), it fails fatally, or its
 /// transient failures outlast `retry.budget_ms`. `build` is called again for every retry: it
-/// must make a fresh stage from the same settings, reporting to `progress`.
-pub async fn supervise<B>(connector: String, retry: RetryConfig, progress: Progress, mut build: B, cancel: CancellationToken) -> Result<(), StageError>
+/// must make a fresh stage from the same settings, reporting to `progress`. A stop is an
+/// instrumentation event ([`StageFailed`]).
+pub async fn supervise<B>(connector: String, retry: RetryConfig, progress: Progress, build: B, cancel: CancellationToken) -> Result<(), StageError>
+where
+    B: FnMut() -> Result<Box<dyn Stage>, StageError> + Send,
+{
+    register_stage(&connector);
+    match retry_until_stopped(&connector, &retry, &progress, build, &cancel).await {
+        Err(error) if !cancel.is_cancelled() => Err(stopped(error)),
+        outcome => outcome,
+    }
+}
+
+/// [`supervise`]'s loop without its stop event: a multi-table stage runs each table under it
+/// and reports a table's stop as that table's ([`super::tables`]).
+pub async fn retry_until_stopped<B>(connector: &str, retry: &RetryConfig, progress: &Progress, mut build: B, cancel: &CancellationToken) -> Result<(), StageError>
 where
     B: FnMut() -> Result<Box<dyn Stage>, StageError> + Send,
 {
     let mut backoff = retry.backoff();
     let origin = Instant::now();
-    register_stage(&connector);
     loop {
         let started = Instant::now();
         let done = progress.count();
@@ -57,17 +70,17 @@ where
             Err(error) => error,
         };
         if !error.is_retriable() {
-            return Err(stopped(error));
+            return Err(error);
         }
         let recovered = progress.count() > done || started.elapsed() >= HEALTHY_RUN;
         match backoff.on_failure(origin.elapsed(), recovered) {
             Decision::GiveUp { attempts, spent } => {
                 let cause = RetriesExhausted { attempts, seconds: spent.as_secs(), budget_ms: retry.budget_ms, cause: error.source };
-                return Err(stopped(StageError::new(&connector, cause)));
+                return Err(StageError::new(connector, cause));
             }
             Decision::Retry { wait, attempt } => {
-                StageRetrying { connector: &connector, error: &error, attempt, wait }.emit();
-                if !wait_or_cancel(wait, &cancel).await {
+                StageRetrying { connector, error: &error, attempt, wait }.emit();
+                if !wait_or_cancel(wait, cancel).await {
                     return Ok(());
                 }
             }

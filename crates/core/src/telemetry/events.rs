@@ -76,6 +76,60 @@ impl StageFailed<'_> {
     }
 }
 
+/// A multi-table stage started one of its tables (at start, on discovery, on a restart).
+pub struct TableStarted<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The table.
+    pub table: &'a str,
+}
+
+impl TableStarted<'_> {
+    /// Logs at info and marks the table up.
+    pub fn emit(self) {
+        use super::metrics::*;
+        tracing::info!(connector = %self.connector, table = %self.table, "table started");
+        metrics::counter!(STAGE_TABLE_FAILURES_TOTAL, "connector" => self.connector.to_owned()).increment(0);
+        metrics::gauge!(STAGE_TABLE_UP, "connector" => self.connector.to_owned(), "table" => self.table.to_owned()).set(1.0);
+    }
+}
+
+/// One table of a multi-table stage stopped with an error; the others go on.
+pub struct TableFailed<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The table.
+    pub table: &'a str,
+    /// The error it stopped with.
+    pub error: &'a (dyn std::error::Error + 'static),
+}
+
+impl TableFailed<'_> {
+    /// Logs an error, counts the failure and marks the table down.
+    pub fn emit(self) {
+        use super::metrics::*;
+        tracing::error!(connector = %self.connector, table = %self.table, error = %self.error, "table stopped; the stage's other tables go on");
+        metrics::counter!(STAGE_TABLE_FAILURES_TOTAL, "connector" => self.connector.to_owned()).increment(1);
+        metrics::gauge!(STAGE_TABLE_UP, "connector" => self.connector.to_owned(), "table" => self.table.to_owned()).set(0.0);
+    }
+}
+
+/// Looking for new tables failed; the tables already running go on, and the next interval
+/// looks again.
+pub struct TablesDiscoveryFailed<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The failure.
+    pub error: &'a (dyn std::error::Error + 'static),
+}
+
+impl TablesDiscoveryFailed<'_> {
+    /// Logs a warning.
+    pub fn emit(self) {
+        tracing::warn!(connector = %self.connector, error = %self.error, "looking for new tables failed; trying again at the next interval");
+    }
+}
+
 /// The source published a batch's control record.
 pub struct SourceBatchPublished<'a> {
     /// The connector.

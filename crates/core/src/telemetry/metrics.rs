@@ -21,6 +21,12 @@ pub const STAGE_RETRIES_TOTAL: &str = "mssql_cdc_stage_retries_total";
 /// Stages that stopped with an error (fatal, or transient past the retry budget), by
 /// `connector` (counter).
 pub const STAGE_FAILURES_TOTAL: &str = "mssql_cdc_stage_failures_total";
+/// Tables of a multi-table stage that stopped with an error while the stage went on, by
+/// `connector` (counter).
+pub const STAGE_TABLE_FAILURES_TOTAL: &str = "mssql_cdc_stage_table_failures_total";
+/// Whether a table of a stage runs (1) or stopped with an error (0), by `connector` and
+/// `table` (gauge; `table` takes the stage's own tables, so its values are bounded by them).
+pub const STAGE_TABLE_UP: &str = "mssql_cdc_stage_table_up";
 
 /// Change rows the source published, per capture instance (counter).
 pub const SOURCE_ROWS_TOTAL: &str = "mssql_cdc_source_rows_total";
@@ -87,6 +93,8 @@ pub const RECONCILE_FINDINGS_TOTAL: &str = "mssql_cdc_reconcile_findings_total";
 fn describe_all() {
     describe_counter!(STAGE_RETRIES_TOTAL, Unit::Count, "Transient stage failures retried after a backoff.");
     describe_counter!(STAGE_FAILURES_TOTAL, Unit::Count, "Stages stopped by an error (fatal, or past the retry budget).");
+    describe_counter!(STAGE_TABLE_FAILURES_TOTAL, Unit::Count, "Tables stopped by an error while their stage's other tables went on.");
+    describe_gauge!(STAGE_TABLE_UP, "1 while a table of the stage runs, 0 once it stopped with an error.");
     describe_counter!(BRONZE_BATCHES_TOTAL, Unit::Count, "Batches the bronze sink completed.");
     describe_counter!(BRONZE_ROWS_TOTAL, Unit::Count, "Rows appended to bronze.");
     describe_histogram!(BRONZE_COMMIT_DURATION_SECONDS, Unit::Seconds, "Time to write one batch: read, decode, data and facts commits.");

@@ -10,21 +10,34 @@ use mssql_cdc_core::kafka::config::Properties;
 use mssql_cdc_core::log::format::{validate_format, Encoding, RecordFormat, SchemaRegistryConfig};
 use mssql_cdc_core::log::topic::{check_topic, control_topic_for};
 use mssql_cdc_core::stage::{ConnectorKind, Stage, StageContext, StageError};
+use mssql_cdc_core::tables::{Bindings, Template};
+
+use crate::tables::{build_table, check_bound, check_interval, check_location_template, check_topic_template, ManyTables, TopicTables, TopicTemplate};
 
 /// Options of `delta-bronze`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct BronzeOptions {
-    /// The data topic to follow, `<topic_prefix>.<database>.<schema>.<table>`. Required.
+    /// The data topic to follow, `<topic_prefix>.<database>.<schema>.<table>`, or a template
+    /// naming many, such as `cdc.sales.{schema}.{table}` (placeholders `{database}`,
+    /// `{schema}`, `{table}`, each one or more characters other than `.`): every topic on the
+    /// broker it matches is a table of this file (docs/many-tables.md). Required.
     pub topic: Option<String>,
-    /// Its control topic. Default `<topic>.control`.
+    /// Its control topic. Default `<topic>.control` (always, with a topic template).
     pub control_topic: Option<String>,
-    /// The bronze table: a local path or an `s3://`, `gs://`, `az://` URL. Required.
+    /// The bronze table: a local path or an `s3://`, `gs://`, `az://` URL; with a topic
+    /// template, a template naming the table, e.g. `s3://lake/bronze/{schema}/{table}`
+    /// (`{capture_instance}` is `<schema>_<table>`). Required.
     pub target: Option<String>,
-    /// The writer's identity in the Delta `txn` actions; one per feed and table. Required.
+    /// The writer's identity in the Delta `txn` actions; one per feed and table (placeholders
+    /// allowed). Required.
     pub app_id: Option<String>,
-    /// The facts table (one row per batch and event). Default: no facts.
+    /// The facts table (one row per batch and event); with a topic template, a template
+    /// naming the table. Default: no facts.
     pub facts_table: Option<String>,
+    /// With a topic template: how often the broker's topics are listed again for new tables,
+    /// milliseconds. Default 60000.
+    pub discovery_interval_ms: Option<u64>,
     /// Object-store settings for `target` and `facts_table` (the `[storage_options]` table):
     /// delta-rs option names such as `AWS_REGION`, values a string, `{ env = "VAR" }` or
     /// `{ file = "/path" }`. Default: none (delta-rs reads `AWS_*`, `AZURE_*`, `GOOGLE_*` from
@@ -101,6 +114,37 @@ pub struct BronzeSettings {
     pub batch_timeout: std::time::Duration,
     /// How many batches and rows one commit may carry.
     pub coalesce: super::group::Coalesce,
+    /// With a topic template: the tables' templates; `None`: one table, as above.
+    pub templates: Option<BronzeTemplates>,
+}
+
+/// The templates of a bronze file that follows many topics.
+#[derive(Clone, Debug)]
+pub struct BronzeTemplates {
+    /// The topics, and how often they are looked for.
+    pub topics: TopicTemplate,
+    /// `target`.
+    pub target: Template,
+    /// `app_id`.
+    pub app_id: Template,
+    /// `facts_table`.
+    pub facts_table: Option<Template>,
+}
+
+impl BronzeSettings {
+    /// The settings of the table behind `topic` (bound as `bindings`).
+    pub fn for_topic(&self, topic: &str, bindings: &Bindings) -> BronzeSettings {
+        let mut settings = self.clone();
+        if let Some(templates) = self.templates.as_ref() {
+            settings.topic = topic.to_owned();
+            settings.control_topic = control_topic_for(topic);
+            settings.target = templates.target.render(bindings);
+            settings.app_id = templates.app_id.render(bindings);
+            settings.facts_table = templates.facts_table.as_ref().map(|t| t.render(bindings));
+            settings.templates = None;
+        }
+        settings
+    }
 }
 
 /// What happens to a record that cannot be decoded.
@@ -118,15 +162,38 @@ impl ConnectorKind for BronzeOptions {
     type Settings = BronzeSettings;
 
     fn build(settings: BronzeSettings, context: &StageContext) -> Result<Box<dyn Stage>, StageError> {
-        Ok(Box::new(super::BronzeSink::new(settings, context)))
+        match settings.templates.clone() {
+            None => Ok(Box::new(super::BronzeSink::new(settings, context))),
+            Some(templates) => {
+                let build = move |topic: &str, bound: &Bindings, context: &StageContext| {
+                    build_table(settings.for_topic(topic, bound), context, |settings, context| Ok(Box::new(super::BronzeSink::new(settings, context)) as Box<dyn Stage>))
+                };
+                Ok(Box::new(ManyTables::new(context, TopicTables { template: templates.topics, context: context.clone(), build })))
+            }
+        }
     }
 
     fn validate(self, problems: &mut Problems) -> Option<BronzeSettings> {
-        let topic = check_topic(problems, "topic", self.topic.as_deref(), true);
-        let control_topic = check_topic(problems, "control_topic", self.control_topic.as_deref(), false);
+        let templated = self.topic.as_deref().is_some_and(Template::is_template);
+        let interval = check_interval(problems, templated, self.discovery_interval_ms);
+        let templates = if templated { self.templates(problems, interval) } else { None };
+        let topic = match templated {
+            true => self.topic.clone(),
+            false => check_topic(problems, "topic", self.topic.as_deref(), true),
+        };
+        if templated && self.control_topic.is_some() {
+            problems.invalid("control_topic", "set with a topic template", "leave it out: each table's control topic is <topic>.control");
+        }
+        let control_topic = if templated { None } else { check_topic(problems, "control_topic", self.control_topic.as_deref(), false) };
         let dead_letter_topic = check_topic(problems, "errors.dead_letter_topic", self.errors.dead_letter_topic.as_deref(), false);
-        let target = check_location(problems, "target", self.target.as_deref(), true);
-        let facts_table = check_location(problems, "facts_table", self.facts_table.as_deref(), false);
+        let target = match templated {
+            true => self.target.clone(),
+            false => check_location(problems, "target", self.target.as_deref(), true),
+        };
+        let facts_table = match templated {
+            true => self.facts_table.clone(),
+            false => check_location(problems, "facts_table", self.facts_table.as_deref(), false),
+        };
         self.storage_options.validate(problems, "storage_options");
         let app_id = match self.app_id {
             None => {
@@ -181,7 +248,26 @@ impl ConnectorKind for BronzeOptions {
             bad_records: bad_records?,
             batch_timeout: batch_timeout?,
             coalesce: super::group::Coalesce { batches: usize::try_from(batches?).unwrap_or(usize::MAX), rows: rows? },
+            templates: if templated { Some(templates?) } else { None },
         })
+    }
+}
+
+impl BronzeOptions {
+    /// The templates of a file whose `topic` is one.
+    fn templates(&self, problems: &mut Problems, interval: std::time::Duration) -> Option<BronzeTemplates> {
+        let topic = check_topic_template(problems, "topic", self.topic.as_deref().unwrap_or_default());
+        let topic = topic?;
+        let target = check_location_template(problems, "target", self.target.as_deref(), &topic, true);
+        if self.target.is_none() {
+            problems.missing("target", "a location with {schema} and {table} in it, e.g. \"s3://lake/bronze/{schema}/{table}\"");
+        }
+        let facts_table = match self.facts_table.as_deref() {
+            None => Some(None),
+            Some(text) => check_location_template(problems, "facts_table", Some(text), &topic, false).map(Some),
+        };
+        let app_id = check_bound(problems, "app_id", self.app_id.as_deref().unwrap_or("x"), &topic);
+        Some(BronzeTemplates { topics: TopicTemplate { topic, interval }, target: target?, app_id: app_id?, facts_table: facts_table? })
     }
 }
 
@@ -240,5 +326,30 @@ mod tests {
         assert_eq!(problems.into_vec().into_iter().map(|p| p.key).collect::<Vec<_>>(), vec!["max_batches_per_commit", "max_rows_per_commit"]);
         let one = BronzeOptions { max_batches_per_commit: Some(1), ..options }.validate(&mut Problems::under("")).unwrap();
         assert_eq!(one.coalesce.batches, 1);
+    }
+
+    /// With a topic template, each table's settings are rendered from its topic: its own
+    /// target, facts table, app id and control topic; a fixed target or a control topic is
+    /// refused, naming the key.
+    #[test]
+    fn a_topic_template_renders_each_table() {
+        let options = BronzeOptions {
+            topic: Some("cdc.sales.{schema}.{table}".into()),
+            target: Some("./lake/bronze/{schema}/{table}".into()),
+            facts_table: Some("./lake/facts/{capture_instance}".into()),
+            app_id: Some("bronze-{table}".into()),
+            ..BronzeOptions::default()
+        };
+        let settings = options.clone().validate(&mut Problems::under("")).unwrap();
+        let topic = "cdc.sales.dbo.orders";
+        let bound = settings.templates.as_ref().unwrap().topics.topic.match_topic(topic).unwrap();
+        let table = settings.for_topic(topic, &bound);
+        assert_eq!((table.target.as_str(), table.app_id.as_str(), table.control_topic.as_str()), ("./lake/bronze/dbo/orders", "bronze-orders", "cdc.sales.dbo.orders.control"));
+        assert_eq!(table.facts_table.as_deref(), Some("./lake/facts/dbo_orders"));
+        assert!(table.templates.is_none());
+        let shared = BronzeOptions { target: Some("./lake/bronze".into()), control_topic: Some("c".into()), ..options };
+        let mut problems = Problems::under("");
+        assert!(shared.validate(&mut problems).is_none());
+        assert_eq!(problems.into_vec().into_iter().map(|p| p.key).collect::<Vec<_>>(), ["target", "control_topic"]);
     }
 }
