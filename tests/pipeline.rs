@@ -414,11 +414,13 @@ pub(crate) struct Setup {
     /// Run the compose stack's own files (`compose/worker.toml`, `compose/connectors/`)
     /// with this schema registry URL, instead of the suites' generated ones.
     pub(crate) compose: Option<String>,
+    /// Avro records, with the schema registry at this URL (the generated files).
+    pub(crate) registry: Option<String>,
 }
 
 impl Default for Setup {
     fn default() -> Self {
-        Self { start: Start::SourceFirst, worker_extra: "", s3: false, preloaded: 0, source_extra: "", silver_extra: "", compose: None }
+        Self { start: Start::SourceFirst, worker_extra: "", s3: false, preloaded: 0, source_extra: "", silver_extra: "", compose: None, registry: None }
     }
 }
 
@@ -527,11 +529,12 @@ impl Pipeline {
         let files = match (&setup.compose, &s3) {
             (Some(registry), Some((server, proxy))) => compose_files(dir.path(), &sim, &broker, registry, &format!("http://{}", proxy.address), &prefix, &server.options_at(&format!("http://{}", proxy.address))),
             _ => {
-                let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, &format!("max_commits_per_batch = 50\n{}", setup.source_extra));
+                let avro = setup.registry.as_ref().map(|url| format!("format = \"avro\"\nschema_registry = {{ url = \"{url}\" }}\n")).unwrap_or_default();
+                let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, &format!("max_commits_per_batch = 50\n{avro}{}", setup.source_extra));
                 std::fs::write(&worker, format!("{}{}", std::fs::read_to_string(&worker).unwrap(), setup.worker_extra)).unwrap();
                 let sinks = sink_worker(dir.path(), &broker);
                 std::fs::write(&sinks, format!("{}{}", std::fs::read_to_string(&sinks).unwrap(), setup.worker_extra)).unwrap();
-                let bronze = bronze_file_in(dir.path(), &lake, "orders", &topic, BRONZE_APP, "");
+                let bronze = bronze_file_in(dir.path(), &lake, "orders", &topic, BRONZE_APP, &avro);
                 let silver = silver_file_in(dir.path(), &lake, 20, setup.silver_extra);
                 Files { source_worker: worker, source: connector, sink_worker: sinks, bronze, silver, tables: Tables::of(&lake), env: Vec::new() }
             }

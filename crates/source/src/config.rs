@@ -89,7 +89,7 @@ pub struct MssqlSourceOptions {
     /// Schema registry, required with `format = "avro"`.
     pub schema_registry: Option<SchemaRegistryConfig>,
     /// Shape of data records: `native` (default: the changed row with the log's
-    /// `_`-prefixed metadata) or `debezium` (Debezium's SQL Server change events, JSON only;
+    /// `_`-prefixed metadata) or `debezium` (Debezium's SQL Server change events, JSON or Avro;
     /// `[debezium]`, docs/debezium.md).
     pub envelope: Envelope,
     /// With `envelope = "debezium"`: how events are written.
@@ -588,8 +588,8 @@ impl MssqlSourceOptions {
                 }
                 Some(None)
             }
-            Envelope::Debezium if self.format == RecordFormat::Avro => {
-                problems.invalid("format", "avro is not written with the Debezium envelope (JSON only for now)", "format = \"json\" with envelope = \"debezium\"");
+            Envelope::Debezium if self.format == RecordFormat::Avro && !self.debezium.schemas => {
+                problems.invalid("debezium.schemas", "false with format = \"avro\" (Avro records always have their schema in the registry)", "leave debezium.schemas out with Avro");
                 None
             }
             Envelope::Debezium => Some(Some(EventSettings { schemas: self.debezium.schemas, tombstones: self.debezium.tombstones })),
@@ -780,13 +780,14 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_debezium_envelope_is_json_only_and_its_table_needs_it() {
+    fn the_debezium_envelope_takes_json_or_avro_and_its_table_needs_it() {
         let debezium = MssqlSourceOptions { envelope: Envelope::Debezium, debezium: DebeziumOptions { schemas: false, tombstones: true }, ..valid() };
         let settings = debezium.clone().validate(&mut Problems::under("")).unwrap();
         assert_eq!(settings.debezium, Some(EventSettings { schemas: false, tombstones: true }));
         assert!(valid().validate(&mut Problems::under("")).unwrap().debezium.is_none());
         let avro = MssqlSourceOptions { format: RecordFormat::Avro, schema_registry: Some(SchemaRegistryConfig { url: Some("http://r:8081".into()), ..SchemaRegistryConfig::default() }), ..debezium };
-        assert_eq!(problem_keys(&avro), ["format"]);
+        assert_eq!(problem_keys(&avro), ["debezium.schemas"], "bare payloads are a JSON choice");
+        assert!(problem_keys(&MssqlSourceOptions { debezium: DebeziumOptions::default(), ..avro }).is_empty(), "Avro events are written");
         let stray = MssqlSourceOptions { debezium: DebeziumOptions { schemas: false, tombstones: true }, ..valid() };
         assert_eq!(problem_keys(&stray), ["debezium"]);
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int32Array, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
-use mssql_cdc_core::log::debezium::native::native_rows;
+use mssql_cdc_core::log::debezium::native::{native_rows, native_rows_avro};
 use mssql_cdc_core::log::decode::{decode_avro, decode_json, record_fields};
 use mssql_cdc_core::log::Envelope;
 use mssql_cdc_core::log::schema::{self as log, TableSchema};
@@ -79,7 +79,7 @@ pub struct Decoded {
 pub fn decode(schema: &TableSchema, records: &[DataRecord], writers: Option<&HashMap<u32, apache_avro::Schema>>, envelope: Envelope, batch_id: u64, from_lsn: &str, to_lsn: &str) -> Decoded {
     let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_slice()).collect();
     let decoded = match (envelope, writers) {
-        (Envelope::Debezium, _) => decode_debezium(schema, &values),
+        (Envelope::Debezium, writers) => decode_debezium(schema, &values, writers),
         (Envelope::Native, None) => decode_json(schema, &values),
         (Envelope::Native, Some(writers)) => decode_avro(schema, &values, |id| writers.get(&id).cloned()),
     };
@@ -113,12 +113,16 @@ pub fn decode(schema: &TableSchema, records: &[DataRecord], writers: Option<&Has
 }
 
 /// Debezium events as the native rows they stand for, decoded; `kept` names each row's record.
-fn decode_debezium(schema: &TableSchema, values: &[&[u8]]) -> mssql_cdc_core::log::decode::Decoded {
+fn decode_debezium(schema: &TableSchema, values: &[&[u8]], writers: Option<&HashMap<u32, apache_avro::Schema>>) -> mssql_cdc_core::log::decode::Decoded {
     let mut rows = Vec::with_capacity(values.len());
     let mut origin = Vec::with_capacity(values.len());
     let mut bad = Vec::new();
     for (index, value) in values.iter().enumerate() {
-        match native_rows(schema, value) {
+        let native = match writers {
+            Some(writers) => native_rows_avro(schema, value, |id| writers.get(&id).cloned()),
+            None => native_rows(schema, value),
+        };
+        match native {
             Ok(native) => {
                 origin.extend(std::iter::repeat_n(index, native.len()));
                 rows.extend(native);

@@ -16,7 +16,7 @@ use crate::reader::{self, Commit, ServerState};
 use crate::rows::BatchBuilder;
 use crate::zone::ZoneRule;
 use mssql_cdc_core::log::control::{ControlRecord, Event, PartitionRange, SourceMetrics, CONTROL_VERSION, CONTROL_VERSION_DEBEZIUM};
-use mssql_cdc_core::log::debezium::event::{EventSettings, EventWriter};
+use mssql_cdc_core::log::debezium::event::{AvroIds, EventSettings, EventWriter};
 use mssql_cdc_core::log::debezium::TableNames;
 use mssql_cdc_core::log::encode::{confluent_header, RowEncoder};
 use mssql_cdc_core::log::Envelope;
@@ -274,7 +274,8 @@ impl Stream {
         match setup.debezium.clone() {
             Some(debezium) => {
                 let instance = setup.instance.name.clone();
-                self.publisher.queue_behind(move |producer, set| queue_debezium(producer, set, &schema, &debezium, &instance, &batch)).await
+                let avro = setup.value_schema_id.map(|value| AvroIds { key: setup.key_schema_id, value });
+                self.publisher.queue_behind(move |producer, set| queue_debezium(producer, set, &schema, &debezium, avro, &instance, &batch)).await
             }
             None => self.publisher.queue_behind(move |producer, set| encode_and_queue(producer, set, &schema, &topic, ids, &batch)).await,
         }
@@ -462,10 +463,21 @@ fn encode_and_queue(producer: &Producing, set: usize, schema: &TableSchema, topi
 /// [`encode_and_queue`] for the Debezium envelope: each row's native JSON becomes its events
 /// (an update's two rows one event, a delete its event and tombstone). A chunk never ends
 /// between an update's two rows ([`Stream::read`]), so each chunk has a writer of its own.
-fn queue_debezium(producer: &Producing, set: usize, schema: &TableSchema, debezium: &(TableNames, EventSettings), capture_instance: &str, batch: &arrow::array::RecordBatch) -> Result<u64, SourceError> {
+fn queue_debezium(
+    producer: &Producing,
+    set: usize,
+    schema: &TableSchema,
+    debezium: &(TableNames, EventSettings),
+    avro: Option<AvroIds>,
+    capture_instance: &str,
+    batch: &arrow::array::RecordBatch,
+) -> Result<u64, SourceError> {
     let (names, settings) = debezium;
     let encoder = RowEncoder::new(schema, batch)?;
-    let mut writer = EventWriter::new(schema, names.clone(), *settings);
+    let mut writer = match avro {
+        Some(ids) => EventWriter::avro(schema, names.clone(), *settings, ids),
+        None => EventWriter::new(schema, names.clone(), *settings),
+    };
     let now = Utc::now();
     let mut native = Vec::with_capacity(512);
     let mut bytes = 0u64;

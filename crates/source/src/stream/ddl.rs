@@ -154,10 +154,8 @@ impl Stream {
     /// Publishes from now on with `captured`'s layout (for Avro, registered first: a registry
     /// refusing it stops the stage with its answer).
     pub(super) async fn take_schema(&self, setup: &mut Setup, captured: CapturedTable) -> Result<(), SourceError> {
-        if let Some(registry) = &self.registry {
-            setup.key_schema_id = Some(registry.register(&format!("{}-key", setup.data_topic), &captured.schema.avro_key(&setup.data_topic)).await?);
-            setup.value_schema_id = Some(registry.register(&format!("{}-value", setup.data_topic), &captured.schema.avro_value(&setup.data_topic)).await?);
-        }
+        let names = setup.debezium.as_ref().map(|debezium| &debezium.0);
+        (setup.key_schema_id, setup.value_schema_id) = self.register_schemas(&captured.schema, &setup.data_topic, names).await?;
         setup.change_sql = reader::change_query(&setup.instance.name, &captured.select, captured.schema.include_command_id);
         let CapturedTable { schema, select, sql_types, notes } = captured;
         (setup.schema, setup.select, setup.sql_types, setup.null_columns) = (schema, select, sql_types, notes.null_columns());

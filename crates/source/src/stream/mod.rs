@@ -332,13 +332,6 @@ impl Stream {
             SourceZone::Fixed(zone) => Some(zone.clone()),
         };
         let retention_minutes = reader::retention_minutes(conn, &self.connector).await?;
-        let (key_schema_id, value_schema_id) = match &self.registry {
-            Some(registry) => (
-                Some(registry.register(&format!("{data_topic}-key"), &schema.avro_key(&data_topic)).await?),
-                Some(registry.register(&format!("{data_topic}-value"), &schema.avro_value(&data_topic)).await?),
-            ),
-            None => (None, None),
-        };
         let change_sql = reader::change_query(&instance.name, &select, schema.include_command_id);
         let debezium = self.options.debezium.map(|settings| {
             let names = TableNames {
@@ -350,6 +343,7 @@ impl Stream {
             };
             Arc::new((names, settings))
         });
+        let (key_schema_id, value_schema_id) = self.register_schemas(&schema, &data_topic, debezium.as_ref().map(|d| &d.0)).await?;
         let table = format!("{}.{}", reader::quote(&instance.source_schema), reader::quote(&instance.source_table));
         register_source(&self.connector_name, &instance.name);
         tracing::info!(connector = %self.connector_name, capture_instance = %instance.name, topic = %data_topic, columns = schema.columns.len(), "source stream ready");
@@ -373,6 +367,22 @@ impl Stream {
             newer: None,
             pending,
         })
+    }
+
+    /// With Avro, registers the key and value schemas of `schema`'s records on `topic` (the
+    /// Debezium envelope's with `debezium` names, else the native layout's) under
+    /// TopicNameStrategy subjects; their ids. `(None, None)` with JSON.
+    pub(super) async fn register_schemas(&self, schema: &TableSchema, topic: &str, debezium: Option<&TableNames>) -> Result<(Option<u32>, Option<u32>), SourceError> {
+        let Some(registry) = &self.registry else { return Ok((None, None)) };
+        let (key, value) = match debezium {
+            Some(names) => mssql_cdc_core::log::debezium::event::avro_schemas(schema, names),
+            None => (Some(schema.avro_key(topic)), schema.avro_value(topic)),
+        };
+        let key_id = match key {
+            Some(key) => Some(registry.register(&format!("{topic}-key"), &key).await?),
+            None => None,
+        };
+        Ok((key_id, Some(registry.register(&format!("{topic}-value"), &value).await?)))
     }
 
     /// The instance the last batch read (`record`'s) is gone and `instance`, a newer one of the

@@ -5,7 +5,7 @@ use base64::Engine;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Timelike, Utc};
 use serde_json::{json, Map, Value as Json};
 
-use super::{connect, debezium_lsn, TableNames, VERSION};
+use super::{avro, connect, debezium_lsn, TableNames, VERSION};
 use crate::log::encode::twos_complement;
 use crate::log::schema::{self as log, ColumnType, TableSchema};
 
@@ -28,6 +28,30 @@ pub struct EventRecord {
     pub value: Option<Vec<u8>>,
 }
 
+/// The schema ids of a table's Avro key and value schemas ([`avro_schemas`]) in the registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AvroIds {
+    /// The key schema's id (`None` for a table without a key).
+    pub key: Option<u32>,
+    /// The envelope schema's id.
+    pub value: u32,
+}
+
+/// The Avro schemas of a table's keys (`None` without a key) and values, to register under
+/// `<topic>-key` and `<topic>-value`.
+pub fn avro_schemas(schema: &TableSchema, names: &TableNames) -> (Option<Json>, Json) {
+    (connect::key(schema, names).map(|key| avro::schema(&key)), avro::schema(&connect::envelope(schema, names)))
+}
+
+/// How keys and values are serialized.
+#[derive(Debug)]
+enum Serialized {
+    /// JSON, wrapped with the Connect schema when `schemas`.
+    Json,
+    /// Avro in the Confluent wire format: each schema with its id.
+    Avro { key: Option<(Json, u32)>, value: (Json, u32) },
+}
+
 /// Writes one stream's events. It holds what spans rows: an update's before-image until its
 /// after-image comes, and the last event's position for `event_serial_no`.
 #[derive(Debug)]
@@ -37,16 +61,26 @@ pub struct EventWriter {
     settings: EventSettings,
     key_schema: Option<Json>,
     value_schema: Json,
+    serialized: Serialized,
     before_image: Option<Map<String, Json>>,
     last: Option<(String, String, i64)>,
 }
 
 impl EventWriter {
-    /// A writer for `schema`'s rows of the table `names`.
+    /// A writer of JSON events for `schema`'s rows of the table `names`.
     pub fn new(schema: &TableSchema, names: TableNames, settings: EventSettings) -> Self {
         let key_schema = connect::key(schema, &names);
         let value_schema = connect::envelope(schema, &names);
-        Self { schema: schema.clone(), names, settings, key_schema, value_schema, before_image: None, last: None }
+        Self { schema: schema.clone(), names, settings, key_schema, value_schema, serialized: Serialized::Json, before_image: None, last: None }
+    }
+
+    /// A writer of Avro events, under the ids its [`avro_schemas`] were registered with
+    /// (`settings.schemas` does not apply: the registry holds the schemas).
+    pub fn avro(schema: &TableSchema, names: TableNames, settings: EventSettings, ids: AvroIds) -> Self {
+        let (key, value) = avro_schemas(schema, &names);
+        let mut writer = Self::new(schema, names, settings);
+        writer.serialized = Serialized::Avro { key: key.zip(ids.key), value: (value, ids.value) };
+        writer
     }
 
     /// The events of one native row (a JSON object in the log's layout), at `now`: none for an
@@ -94,11 +128,15 @@ impl EventWriter {
             "ts_us": now.timestamp_micros(),
             "ts_ns": now.timestamp_nanos_opt(),
         });
-        let value = serde_json::to_vec(&match self.settings.schemas {
-            true => connect::wrapped(&self.value_schema, payload),
-            false => payload,
-        })
-        .map_err(|e| e.to_string())?;
+        let value = match &self.serialized {
+            Serialized::Avro { value: (schema, id), .. } => {
+                let mut out = Vec::with_capacity(256);
+                avro::encode(schema, *id, &payload, &mut out)?;
+                out
+            }
+            Serialized::Json if self.settings.schemas => serde_json::to_vec(&connect::wrapped(&self.value_schema, payload)).map_err(|e| e.to_string())?,
+            Serialized::Json => serde_json::to_vec(&payload).map_err(|e| e.to_string())?,
+        };
         let mut records = vec![EventRecord { key: key.clone(), value: Some(value) }];
         if op == "d" && self.settings.tombstones {
             records.push(EventRecord { key, value: None });
@@ -148,11 +186,16 @@ impl EventWriter {
             let column = &self.schema.columns[index];
             payload.insert(column.name.clone(), debezium_value(column.ty, row.get(&column.name).unwrap_or(&Json::Null))?);
         }
-        let key = match self.settings.schemas {
-            true => connect::wrapped(key_schema, Json::Object(payload)),
-            false => Json::Object(payload),
-        };
-        serde_json::to_vec(&key).map_err(|e| e.to_string())
+        match &self.serialized {
+            Serialized::Avro { key: Some((schema, id)), .. } => {
+                let mut out = Vec::with_capacity(32);
+                avro::encode(schema, *id, &Json::Object(payload), &mut out)?;
+                Ok(out)
+            }
+            Serialized::Avro { key: None, .. } => Err("a keyed table's key schema has no registry id".into()),
+            Serialized::Json if self.settings.schemas => serde_json::to_vec(&connect::wrapped(key_schema, Json::Object(payload))).map_err(|e| e.to_string()),
+            Serialized::Json => serde_json::to_vec(&Json::Object(payload)).map_err(|e| e.to_string()),
+        }
     }
 
     /// A row image: the captured columns in Debezium's representation.

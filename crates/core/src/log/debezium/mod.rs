@@ -14,6 +14,7 @@
 //! [`event`] writes events from native rows; [`native`] turns them back into native rows for
 //! bronze; [`connect`] holds the Kafka Connect schemas of keys and values.
 
+pub mod avro;
 pub mod connect;
 pub mod event;
 pub mod native;

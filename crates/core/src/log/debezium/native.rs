@@ -21,6 +21,37 @@ pub fn native_rows(schema: &TableSchema, value: &[u8]) -> Result<Vec<Vec<u8>>, S
     if event.get("schema").is_some() && event.get("payload").is_some() {
         event = event["payload"].take();
     }
+    event_rows(schema, &event)
+}
+
+/// The native rows of one record value in Avro (the Confluent wire format), read by its
+/// writer schema (`writer` gives the schema of an id); none for a tombstone.
+pub fn native_rows_avro(schema: &TableSchema, value: &[u8], writer: impl Fn(u32) -> Option<apache_avro::Schema>) -> Result<Vec<Vec<u8>>, String> {
+    if value.is_empty() {
+        return Ok(Vec::new());
+    }
+    let id = crate::log::decode::confluent_schema_id(value).ok_or("not in the Confluent wire format (magic byte 0, schema id)")?;
+    let avro = writer(id).ok_or_else(|| format!("schema id {id} is not in the registry"))?;
+    let decoded = apache_avro::from_avro_datum(&avro, &mut &value[5..], None).map_err(|e| format!("Avro datum does not match schema {id}: {e}"))?;
+    let mut event = super::avro::payload(decoded)?;
+    // Columns whose names Avro refuses travel under their adjusted names.
+    for image in ["before", "after"] {
+        if let Some(object) = event.get_mut(image).and_then(Json::as_object_mut) {
+            for column in &schema.columns {
+                let adjusted = super::avro::avro_segment(&column.name);
+                if adjusted != column.name
+                    && let Some(value) = object.remove(&adjusted)
+                {
+                    object.insert(column.name.clone(), value);
+                }
+            }
+        }
+    }
+    event_rows(schema, &event)
+}
+
+/// The native rows of one event's payload.
+fn event_rows(schema: &TableSchema, event: &Json) -> Result<Vec<Vec<u8>>, String> {
     let source = event.get("source").and_then(Json::as_object).ok_or("a Debezium event without `source`")?;
     let text = |name: &str| source.get(name).and_then(Json::as_str);
     let lsn = |name: &str| text(name).and_then(native_lsn).ok_or_else(|| format!("source.{name} is not an LSN"));
