@@ -161,6 +161,60 @@ fn data_commits(table: &Path) -> Vec<(i64, u64, u64)> {
     commits
 }
 
+/// The files each data commit of a table's Delta log adds, by its `txn` version.
+fn files_per_commit(table: &Path) -> Vec<(i64, usize)> {
+    let mut logs: Vec<_> = std::fs::read_dir(table.join("_delta_log")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    logs.sort();
+    logs.iter()
+        .filter_map(|log| {
+            let actions: Vec<serde_json::Value> = std::fs::read_to_string(log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            let adds = actions.iter().filter(|a| a.get("add").is_some()).count();
+            actions.iter().find_map(|a| a["txn"]["version"].as_i64()).filter(|_| adds > 0).map(|txn| (txn, adds))
+        })
+        .collect()
+}
+
+/// A batch larger than `max_rows_per_commit` is never held whole: its records are read,
+/// decoded and written in chunks of that many, a Parquet file each, and committed in one
+/// commit with the batch's `txn` version. Through duplicated records and SIGKILLs at random
+/// points (files written but not committed are left out), bronze holds each change once and
+/// facts one row per batch.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_over_the_commit_limit_streams_into_files_committed_once() {
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (topic, records) = feed(&broker, &sim, dir.path(), 1500).await;
+    let producer = producer(&broker.bootstrap);
+    for record in read_all(&broker.bootstrap, &topic).iter().step_by(5) {
+        producer.send(BaseRecord::to(&topic).key(&record.key).payload(&record.value).partition(record.partition)).unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let large = records.iter().filter(|c| c.rows > 7).count();
+    assert!(large >= 5, "batches over the limit: {large}");
+    let last = records.last().unwrap();
+    let worker = sink_worker(dir.path(), &broker);
+    let connector = bronze_file(dir.path(), "orders-bronze", &topic, "orders-bronze-v1", "max_rows_per_commit = 7");
+    let mut rng = rand::rng();
+    for _ in 0..4 {
+        let mut sink = spawn_stage(&worker, &connector, &[]);
+        std::thread::sleep(Duration::from_millis(rng.random_range(800..3000)));
+        sink.kill();
+    }
+    let sink = spawn_stage(&worker, &connector, &[]);
+    let found = wait_for_batch(&Tables::local(dir.path(), "orders-bronze"), "orders-bronze-v1", last.batch_id, &sink, Duration::from_secs(180));
+    drop(sink);
+    let mut expected = truth(&sim.client_config()).await;
+    expected.sort();
+    assert!(found.changes == expected, "bronze holds each change exactly once: {} rows, {} changes", found.changes.len(), expected.len());
+    assert_eq!(found.batches, (0..=last.batch_id).collect::<Vec<u64>>(), "one facts row per batch");
+    let files = files_per_commit(&dir.path().join("orders-bronze-bronze"));
+    for control in records.iter().filter(|c| c.rows > 7) {
+        let (_, added) = files.iter().find(|(txn, _)| *txn == control.batch_id as i64).unwrap_or_else(|| panic!("batch {} has a commit of its own: {files:?}", control.batch_id));
+        assert_eq!(*added as u64, control.rows.div_ceil(7), "batch {} ({} rows) in files of at most 7 rows, one commit", control.batch_id, control.rows);
+    }
+}
+
 /// A coalesced commit keeps exactly once per batch: a sink started behind a feed of many
 /// small batches writes them in commits of at most `max_batches_per_commit`, each commit's
 /// `txn` version its last batch, and through SIGKILLs at random points bronze still holds each

@@ -34,11 +34,16 @@ import sys, json, decimal
 import pytds
 from deltalake import DeltaTable
 port, password, root, tables = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4].split(",")
-out = {"equal": [], "differ": {}, "columns": {}}
+out = {"equal": [], "differ": {}, "columns": {}, "applied": {}}
 with pytds.connect(server="127.0.0.1", port=port, user="sa", password=password, database="sales", autocommit=True) as conn:
     cur = conn.cursor()
     for name in tables:
         schema, table = name.split(".")
+        try:
+            control = DeltaTable(f"{root}/control/{schema}/{table}").to_pyarrow_table(columns=["applied_batch"]).to_pylist()
+            out["applied"][name] = max(r["applied_batch"] for r in control)
+        except Exception:
+            out["applied"][name] = -1
         try:
             silver = DeltaTable(f"{root}/silver/{schema}/{table}").to_pyarrow_table()
         except Exception as e:
@@ -261,6 +266,9 @@ async fn one_file_per_stage_serves_many_tables_and_a_failed_table_stops_alone() 
         assert!(Instant::now() < deadline, "{BROKEN} never failed: {status}\n{}", source.logs());
         std::thread::sleep(Duration::from_millis(500));
     }
+    // Where each table's verdict stood when the broken one stopped.
+    let healthy_then: Vec<String> = names.iter().filter(|n| *n != BROKEN).cloned().collect();
+    let (_, then) = compare(&sim, &root, &healthy_then);
     let metrics = source.scrape().unwrap();
     assert!(metrics.contains(&format!("mssql_cdc_stage_table_up{{connector=\"many-source\",table=\"{BROKEN}\"}} 0")), "the table's metric is down");
 
@@ -273,6 +281,10 @@ async fn one_file_per_stage_serves_many_tables_and_a_failed_table_stops_alone() 
     let healthy: Vec<String> = names.iter().filter(|n| *n != BROKEN).cloned().collect();
     let answer = wait_equal(&sim, &root, &healthy, &[&source, &bronze, &silver], Duration::from_secs(600));
     assert_eq!(answer["columns"][NARROWED], serde_json::json!(["v", "note"]), "the override's columns: {answer}");
+    for name in &healthy_then {
+        let (before, after) = (then["applied"][name].as_i64().unwrap_or(-1), answer["applied"][name].as_i64().unwrap_or(-1));
+        assert!(after > before, "{name}'s verdict moved on after {BROKEN} failed: applied batch {before} then {after}");
+    }
     assert!(task(&status(&source), BROKEN).is_some_and(|t| t["state"] == "FAILED"), "still failed until restarted");
 
     // The fix, then a restart of that table alone.

@@ -61,6 +61,10 @@ struct SourceBench {
     /// The source's max_commits_per_batch (unlimited when omitted).
     #[arg(long)]
     max_commits_per_batch: Option<u64>,
+    /// `bench bronze`: the sink's max_rows_per_commit (a batch over it is written in chunks of
+    /// that many records). Default: the sink's, 100000.
+    #[arg(long)]
+    max_rows_per_commit: Option<u64>,
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -152,7 +156,7 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
     println!("CPU while the bare read ran: {:.2} s in {bare_secs:.2} s", cpu_seconds() - cpu_before);
     println!("peak RSS of the process (simulator, broker and source together): {:.0} MB", peak_rss_mb());
     if then_bronze {
-        bronze(&kafka, batches).await?;
+        bronze(&kafka, batches, args.max_rows_per_commit).await?;
     }
     services.stop().await;
     Ok(ExitCode::SUCCESS)
@@ -160,7 +164,7 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
 
 /// The bronze sink over the feed just published, then the same rows as Arrow batches written
 /// straight to one Parquet file in the same directory.
-async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
+async fn bronze(kafka: &KafkaConfig, batches: u64, max_rows_per_commit: Option<u64>) -> anyhow::Result<()> {
     use mssql_cdc_core::config::WorkerConfig;
     use mssql_cdc_lake::bronze::{BronzeOptions, BronzeSink};
     use mssql_cdc_core::stage::{Stage, StageContext};
@@ -173,6 +177,7 @@ async fn bronze(kafka: &KafkaConfig, batches: u64) -> anyhow::Result<()> {
         target: Some(target.clone()),
         app_id: Some("bench-bronze".into()),
         facts_table: Some(facts.clone()),
+        max_rows_per_commit,
         ..BronzeOptions::default()
     };
     let context = StageContext::new("bench-bronze", WorkerConfig { kafka: kafka.clone(), ..WorkerConfig::default() });

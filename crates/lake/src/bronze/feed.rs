@@ -143,6 +143,28 @@ impl Feed {
         off_runtime(&self.clients, move |clients| Ok(clients.read_spans(&ranges)?.into_values().collect())).await
     }
 
+    /// Exactly the records of `ranges` (checked as [`Feed::read_ranges`] checks them), sent
+    /// on `chunks` in chunks of at most `chunk` as they arrive, so that no more than a chunk
+    /// or two is held at once. Stops (with an error) when `chunks` is closed.
+    pub async fn stream_ranges(&self, ranges: Vec<PartitionRange>, chunk: usize, chunks: tokio::sync::mpsc::Sender<Vec<DataRecord>>) -> Result<(), BronzeError> {
+        off_runtime(&self.clients, move |clients| {
+            let mut buffer = Vec::with_capacity(chunk.min(100_000));
+            let closed = || BronzeError::Kafka("the batch's writer stopped reading its records".into());
+            clients.visit_spans(&ranges, &mut |record| {
+                buffer.push(record);
+                if buffer.len() >= chunk.max(1) {
+                    chunks.blocking_send(std::mem::take(&mut buffer)).map_err(|_| closed())?;
+                }
+                Ok(())
+            })?;
+            if !buffer.is_empty() {
+                chunks.blocking_send(buffer).map_err(|_| closed())?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     /// Exactly the records of each batch's `ranges` (one list per batch, in partition and
     /// offset order), read in one pass per partition: from the first batch's first offset to
     /// the last batch's last, skipping what lies between the ranges (orphans, duplicates).
@@ -184,6 +206,38 @@ impl Feed {
     /// Records behind the end of the control topic, from `offset`.
     pub async fn behind(&self, next_offset: i64) -> Option<i64> {
         off_runtime(&self.clients, move |clients| Ok::<_, BronzeError>(clients.behind(next_offset))).await.ok().flatten()
+    }
+}
+
+/// The offsets of one range that arrived: one bit per offset.
+struct Seen {
+    partition: i32,
+    first: i64,
+    last: i64,
+    bits: Vec<u64>,
+    count: u64,
+}
+
+impl Seen {
+    fn new(range: &PartitionRange) -> Self {
+        let span = usize::try_from(range.last_offset.saturating_sub(range.first_offset).saturating_add(1)).unwrap_or(0);
+        Self { partition: range.partition, first: range.first_offset, last: range.last_offset, bits: vec![0; span.div_ceil(64)], count: 0 }
+    }
+
+    /// Whether `(partition, offset)` lies in this range and arrives for the first time.
+    fn first_time(&mut self, partition: i32, offset: i64) -> bool {
+        if partition != self.partition || offset < self.first || offset > self.last {
+            return false;
+        }
+        let Ok(at) = usize::try_from(offset - self.first) else { return false };
+        let (word, bit) = (at / 64, 1u64 << (at % 64));
+        let Some(slot) = self.bits.get_mut(word) else { return false };
+        if *slot & bit != 0 {
+            return false;
+        }
+        *slot |= bit;
+        self.count += 1;
+        true
     }
 }
 
@@ -251,6 +305,17 @@ impl Clients {
     /// Exactly the records of `ranges` (several may share a partition), by partition and
     /// offset; each partition is read once, from its first range's first offset.
     fn read_spans(&self, ranges: &[PartitionRange]) -> Result<BTreeMap<(i32, i64), DataRecord>, BronzeError> {
+        let mut out: BTreeMap<(i32, i64), DataRecord> = BTreeMap::new();
+        self.visit_spans(ranges, &mut |record| {
+            out.insert((record.partition, record.offset), record);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Hands every record of `ranges` to `visit`, each once, as it arrives; fails when a range
+    /// does not hold the records its control record names.
+    fn visit_spans(&self, ranges: &[PartitionRange], visit: &mut dyn FnMut(DataRecord) -> Result<(), BronzeError>) -> Result<(), BronzeError> {
         let mut wanted: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
         for range in ranges.iter().filter(|r| r.records > 0) {
             wanted.entry(range.partition).or_default().push((range.first_offset, range.last_offset));
@@ -260,10 +325,11 @@ impl Clients {
             let first = spans.iter().map(|(first, _)| *first).min().unwrap_or(0);
             list.add_partition_offset(&self.data_topic, *partition, Offset::Offset(first)).map_err(kafka)?;
         }
-        let mut out: BTreeMap<(i32, i64), DataRecord> = BTreeMap::new();
         if wanted.is_empty() {
-            return Ok(out);
+            return Ok(());
         }
+        // Which offsets of each range arrived (a record the consumer delivers twice counts once).
+        let mut seen: Vec<Seen> = ranges.iter().filter(|r| r.records > 0).map(Seen::new).collect();
         self.data.assign(&list).map_err(kafka)?;
         // A partition is done when every record its ranges name is in. Its end is not judged
         // by the offsets seen: right after `assign`, a record the consumer had fetched for an
@@ -279,8 +345,8 @@ impl Clients {
                 Some(Err(error)) => return Err(kafka(error)),
                 Some(Ok(message)) => {
                     let (partition, offset) = (message.partition(), message.offset());
-                    let inside = wanted.get(&partition).is_some_and(|spans| spans.iter().any(|(first, last)| offset >= *first && offset <= *last));
-                    if inside && out.insert((partition, offset), DataRecord { partition, offset, value: message.payload().unwrap_or_default().to_vec() }).is_none() {
+                    if seen.iter_mut().any(|range| range.first_time(partition, offset)) {
+                        visit(DataRecord { partition, offset, value: message.payload().unwrap_or_default().to_vec() })?;
                         if let Some(left) = pending.get_mut(&partition) {
                             *left = left.saturating_sub(1);
                         }
@@ -293,15 +359,14 @@ impl Clients {
                 return Err(BronzeError::MissingRecords { detail: missing.join(", ") });
             }
         }
-        for range in ranges.iter().filter(|r| r.records > 0) {
-            let found = out.range((range.partition, range.first_offset)..=(range.partition, range.last_offset)).count() as u64;
-            if found != range.records {
+        for (range, seen) in ranges.iter().filter(|r| r.records > 0).zip(&seen) {
+            if seen.count != range.records {
                 return Err(BronzeError::MissingRecords {
-                    detail: format!("{}/{} offsets {}..={}: {found} records, the control record says {}", self.data_topic, range.partition, range.first_offset, range.last_offset, range.records),
+                    detail: format!("{}/{} offsets {}..={}: {} records, the control record says {}", self.data_topic, range.partition, range.first_offset, range.last_offset, seen.count, range.records),
                 });
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Sends an undecodable record to the dead-letter topic with Kafka Connect's error headers.

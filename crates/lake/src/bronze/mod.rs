@@ -41,6 +41,7 @@ use crate::fault;
 use crate::delta::storage::Storage;
 use crate::delta::table as delta;
 use crate::delta::evolve;
+use crate::delta::files::FileAppend;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::control::ControlRecord;
 use mssql_cdc_core::log::decode::confluent_schema_id;
@@ -245,7 +246,9 @@ impl Writer {
     /// A group with the read and decoding of its data records started in the background
     /// when it is written as a group (a batch written on its own reads its records itself).
     fn read_ahead(&self, offset: i64, group: Vec<ControlRecord>) -> Ahead {
-        let reading = group::groupable(&group[0], self.written()).then(|| {
+        // A batch over `max_rows_per_commit` streams on its own ([`Writer::append_streaming`]).
+        let streams = matches!(group.as_slice(), [one] if self.streams(one));
+        let reading = (group::groupable(&group[0], self.written()) && !streams).then(|| {
             let batches: Vec<ControlRecord> = group.iter().filter(|c| c.rows > 0).cloned().collect();
             let (feed, registry, started) = (self.feed.clone(), self.registry.clone(), Instant::now());
             tokio::spawn(async move {
@@ -406,8 +409,16 @@ impl Writer {
         Ok(())
     }
 
+    /// Whether a batch is too large to hold: over `max_rows_per_commit` rows.
+    fn streams(&self, control: &ControlRecord) -> bool {
+        control.rows > self.settings.coalesce.rows
+    }
+
     /// Reads, decodes and appends a batch's rows; returns what was measured.
     async fn append_data(&mut self, control: &ControlRecord) -> Result<SinkMetrics, BronzeError> {
+        if self.streams(control) {
+            return self.append_streaming(control).await;
+        }
         let started = Instant::now();
         let records = self.feed.read_ranges(&control.partitions).await?;
         let read_ms = started.elapsed().as_millis() as u64;
@@ -417,6 +428,72 @@ impl Writer {
             self.commit_data(vec![batch], control, control, sink.rows).await?;
         }
         Ok(sink)
+    }
+
+    /// Appends a batch too large to hold ([`Writer::streams`]) chunk by chunk: its records are
+    /// read in chunks of `max_rows_per_commit`, each decoded and written to a Parquet file of
+    /// its own while the next is read, and every file is committed at the end in one commit
+    /// with `txn(app_id, batch id)`, as a batch held whole would be. At most about two chunks
+    /// are in memory at once.
+    async fn append_streaming(&mut self, control: &ControlRecord) -> Result<SinkMetrics, BronzeError> {
+        let started = Instant::now();
+        let chunk = usize::try_from(self.settings.coalesce.rows).unwrap_or(usize::MAX);
+        let (sender, mut chunks) = tokio::sync::mpsc::channel(1);
+        let (feed, ranges) = (self.feed.clone(), control.partitions.clone());
+        let reading = tokio::spawn(async move { feed.stream_ranges(ranges, chunk, sender).await });
+        let mut sink = SinkMetrics::default();
+        let mut append: Option<(DeltaTable, FileAppend)> = None;
+        while let Some(records) = chunks.recv().await {
+            let (part, batch) = self.decode(control, records).await?;
+            sink.bytes += part.bytes;
+            sink.dead_lettered += part.dead_lettered;
+            sink.warnings.extend(part.warnings);
+            let Some(batch) = batch else { continue };
+            sink.rows += batch.num_rows() as u64;
+            let (table, files) = match append.take() {
+                Some(open) => open,
+                None => {
+                    let table = self.prepared_table(&batch.schema(), control).await?;
+                    let files = FileAppend::new(&table)?;
+                    (table, files)
+                }
+            };
+            let mut files = files;
+            files.write(&table, batch).await?;
+            append = Some((table, files));
+        }
+        reading.await.map_err(|e| BronzeError::Kafka(format!("the read of a batch's records failed: {e}")))??;
+        sink.read_ms = started.elapsed().as_millis() as u64;
+        if let Some((table, files)) = append {
+            tracing::debug!(connector = %self.name, batch_id = control.batch_id, files = files.files(), rows = sink.rows, "a large batch written file by file");
+            let table = files.commit(table, &self.settings.app_id, control.batch_id as i64, self.commit_metadata(control, control, sink.rows)).await?;
+            self.bronze = Some(table);
+            self.bronze_version = control.batch_id as i64;
+        }
+        Ok(sink)
+    }
+
+    /// Bronze, created with `schema` if it does not exist, and widened to it where a DDL
+    /// widened a captured column.
+    async fn prepared_table(&mut self, schema: &arrow::datatypes::SchemaRef, first: &ControlRecord) -> Result<DeltaTable, BronzeError> {
+        let table = match self.bronze.take() {
+            Some(table) => table,
+            None => delta::create(&self.settings.target, &self.storage, schema, &records::comments(), &format!("mssql-cdc bronze of {}", self.settings.topic)).await?,
+        };
+        Ok(evolve::evolve_for(table, schema, [("mssql_cdc.batch_id".to_owned(), serde_json::json!(first.batch_id))]).await?)
+    }
+
+    /// The metadata of a bronze commit of the batches `first` to `last`.
+    fn commit_metadata(&self, first: &ControlRecord, last: &ControlRecord, rows: u64) -> [(String, serde_json::Value); 7] {
+        [
+            ("mssql_cdc.batch_id".to_owned(), serde_json::json!(last.batch_id)),
+            ("mssql_cdc.first_batch_id".to_owned(), serde_json::json!(first.batch_id)),
+            ("mssql_cdc.from_lsn".to_owned(), serde_json::json!(first.from_lsn.to_string())),
+            ("mssql_cdc.to_lsn".to_owned(), serde_json::json!(last.to_lsn.to_string())),
+            ("mssql_cdc.data_topic".to_owned(), serde_json::json!(self.settings.topic)),
+            ("mssql_cdc.rows".to_owned(), serde_json::json!(rows)),
+            ("mssql_cdc.key".to_owned(), serde_json::json!(last.schema.key)),
+        ]
     }
 
     /// Decodes a batch's records into bronze's layout ([`Writer::take_good`]).
@@ -455,21 +532,9 @@ impl Writer {
     /// first where a DDL widened a captured column.
     async fn commit_data(&mut self, batches: Vec<arrow::array::RecordBatch>, first: &ControlRecord, last: &ControlRecord, rows: u64) -> Result<(), BronzeError> {
         let Some(batch) = batches.first() else { return Ok(()) };
-        let table = match self.bronze.take() {
-            Some(table) => table,
-            None => delta::create(&self.settings.target, &self.storage, &batch.schema(), &records::comments(), &format!("mssql-cdc bronze of {}", self.settings.topic)).await?,
-        };
         // A DDL widened a captured column: the table takes the wider type first.
-        let table = evolve::evolve_for(table, &batch.schema(), [("mssql_cdc.batch_id".to_owned(), serde_json::json!(first.batch_id))]).await?;
-        let metadata = [
-            ("mssql_cdc.batch_id".to_owned(), serde_json::json!(last.batch_id)),
-            ("mssql_cdc.first_batch_id".to_owned(), serde_json::json!(first.batch_id)),
-            ("mssql_cdc.from_lsn".to_owned(), serde_json::json!(first.from_lsn.to_string())),
-            ("mssql_cdc.to_lsn".to_owned(), serde_json::json!(last.to_lsn.to_string())),
-            ("mssql_cdc.data_topic".to_owned(), serde_json::json!(self.settings.topic)),
-            ("mssql_cdc.rows".to_owned(), serde_json::json!(rows)),
-            ("mssql_cdc.key".to_owned(), serde_json::json!(last.schema.key)),
-        ];
+        let table = self.prepared_table(&batch.schema(), first).await?;
+        let metadata = self.commit_metadata(first, last, rows);
         let id = last.batch_id as i64;
         let table = delta::append(table, batches, &self.settings.app_id, id, metadata).await?;
         self.bronze = Some(table);

@@ -4,6 +4,7 @@
 pub mod copy;
 pub mod deletion_vector;
 pub mod error;
+pub mod files;
 pub mod location;
 pub mod query;
 pub mod storage;

@@ -143,7 +143,7 @@ pub fn is_conflict(error: &DeltaTableError) -> bool {
 }
 
 /// Appends tried before a commit conflict is an error.
-const APPEND_ATTEMPTS: u32 = 3;
+pub(crate) const APPEND_ATTEMPTS: u32 = 3;
 
 /// What `optimize` did.
 #[derive(Debug)]
