@@ -67,6 +67,12 @@ pub struct ReportBench {
     /// Run silver with `deletion_vectors = true` (rows replaced by marks, not file rewrites).
     #[arg(long)]
     silver_deletion_vectors: bool,
+    /// A sink of your own to compare on the same feed: a shell command with `{bootstrap}`,
+    /// `{topic}` and `{dir}` in it that reads the topic from its start and exits once it has
+    /// written every record (e.g. kafka-delta-ingest with its end-at-latest option). Default:
+    /// `MSSQL_CDC_BENCH_EXTERNAL_SINK`, else none.
+    #[arg(long)]
+    external_sink: Option<String>,
 }
 
 impl ReportBench {
@@ -115,6 +121,13 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     let backlog_report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
     eprintln!("bench: backlog of {} changes", backlog_report.changes);
     let (mut stages, drained) = drain_backlog(&sim, &kafka, &files, &dir).await?;
+    let external = match args.external_sink.clone().or_else(|| std::env::var("MSSQL_CDC_BENCH_EXTERNAL_SINK").ok().filter(|c| !c.trim().is_empty())) {
+        Some(command) => {
+            eprintln!("bench: external sink `{command}` on the same feed");
+            Some(super::bench_external::run(&command, &kafka.bootstrap_servers, TOPIC, &dir.join("external"), Duration::from_secs(1800)).await?)
+        }
+        None => None,
+    };
     let mut steady = Vec::with_capacity(args.rate.len());
     for rate in &args.rate {
         eprintln!("bench: steady phase at {rate} changes/s");
@@ -127,6 +140,19 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     }
     services.stop().await;
     print_report(&args, &drained, &steady, &kafka_latencies, &peak, &idle_rss);
+    if let Some(external) = external {
+        println!(
+            "| external sink `{}` on the same feed{} | {:.0} rows/s ({:.1} s to its exit), peak RSS {:.0} MB | bronze: {:.0} rows/s, peak RSS {:.0} MB |",
+            external.command.replace('|', "\\|"),
+            if external.success { "" } else { " (exited with an error: its log is in the working directory)" },
+            drained.rows as f64 / external.secs,
+            external.secs,
+            external.peak_mb,
+            drained.rows as f64 / drained.bronze_secs,
+            peak[1]
+        );
+        println!();
+    }
     let workloads: Vec<String> = steady.iter().map(|s| format!("{} changes in {} transactions ({:.0} changes/s)", s.workload.changes, s.workload.transactions, s.workload.changes_per_second())).collect();
     println!(
         "steady workloads: {}; backlog workload {} changes; broker storage {}; silver {}; machine: {} cores",
