@@ -103,6 +103,55 @@ async fn sigkill_at_random_points_keeps_the_tiling_exact() {
     eprintln!("{} data records in the topic, {} named by {} batches", data.len(), named.len(), records.len());
 }
 
+/// Partitioned reads (`num_partitions = 3`, ranges of about `fetch_rows` rows over three more
+/// connections) keep the log's contract through SIGKILLs: the control records tile the range
+/// and name every change once, and every partition holds its named records in LSN order (the
+/// order one connection would have read them in).
+#[tokio::test(flavor = "multi_thread")]
+async fn partitioned_reads_keep_every_partition_in_lsn_order_through_kills() {
+    let broker = TestBroker::start().unwrap();
+    let sim = SimServer::start(&[]).unwrap();
+    setup_orders(&sim);
+    let writer = start_workload(&sim, 6000, 2000, 31);
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique("partitioned");
+    let (worker, connector) = source_files(dir.path(), &broker.bootstrap, &sim, &prefix, "num_partitions = 3\nfetch_rows = 40");
+    let mut rng = rand::rng();
+    for _ in 0..4 {
+        let mut source = spawn_stage(&worker, &connector, &[]);
+        std::thread::sleep(Duration::from_millis(rng.random_range(500..1500)));
+        source.kill();
+    }
+    writer.join().unwrap();
+    // A backlog of 60 commits for the last run: its first batch is read over the three readers.
+    for id in 500_000..500_060 {
+        exec(&sim.client_config(), &insert_order(id)).await;
+    }
+    let mut source = spawn_stage(&worker, &connector, &[]);
+    let topic = format!("{prefix}.sales.dbo.orders");
+    let records = wait_caught_up(&broker.bootstrap, &topic, &sim.client_config(), &source, Duration::from_secs(180)).await;
+    // The stream's own connection and the three readers', kept between batches.
+    let connections = mssql_cdc_testkit::process::tcp_connections_to(source.process().id(), sim.address.port());
+    assert!(source.stop().is_some_and(|status| status.success()), "clean stop; stderr:\n{}", source.log());
+    assert_eq!(connections, 4, "the source reads over its own connection and num_partitions = 3 more");
+    let truth = truth(&sim.client_config()).await;
+    let data = read_all(&broker.bootstrap, &topic);
+    check_contract(&records, &data, &truth, None);
+    assert!(records.iter().any(|r| r.rows > 200), "a batch spans many ranges of 40 rows");
+    let named: std::collections::BTreeSet<(i32, i64)> =
+        records.iter().flat_map(|r| r.partitions.iter().flat_map(|p| (p.first_offset..=p.last_offset).map(move |o| (p.partition, o)))).collect();
+    let mut last: std::collections::BTreeMap<i32, (String, String, i64)> = std::collections::BTreeMap::new();
+    let mut ordered = data.clone();
+    ordered.sort_by_key(|r| (r.partition, r.offset));
+    for record in ordered.iter().filter(|r| named.contains(&(r.partition, r.offset))) {
+        let value: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
+        let at = (value["_start_lsn"].as_str().unwrap().to_owned(), value["_seqval"].as_str().unwrap().to_owned(), value["_operation"].as_i64().unwrap());
+        if let Some(previous) = last.insert(record.partition, at.clone()) {
+            assert!(previous < at, "partition {} offset {}: {at:?} after {previous:?}", record.partition, record.offset);
+        }
+    }
+}
+
 /// Invariant 6: changes purged by cleanup before they were read stop the stream with an error
 /// naming the capture instance and the LSN range; with `fail_on_data_loss = false` they are
 /// skipped and a `data_skipped` event is published with the same range.

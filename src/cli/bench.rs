@@ -61,6 +61,9 @@ struct SourceBench {
     /// The source's max_commits_per_batch (unlimited when omitted).
     #[arg(long)]
     max_commits_per_batch: Option<u64>,
+    /// The source's num_partitions: connections a batch's change rows are read over.
+    #[arg(long, default_value_t = 1)]
+    num_partitions: u32,
     /// `bench bronze`: the sink's max_rows_per_commit (a batch over it is written in chunks of
     /// that many records). Default: the sink's, 100000.
     #[arg(long)]
@@ -98,6 +101,7 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
         capture_instances: vec!["dbo_orders".into()],
         topic_prefix: Some("bench".into()),
         max_commits_per_batch: args.max_commits_per_batch,
+        num_partitions: args.num_partitions,
         poll_interval_ms: 50,
         ..MssqlSourceOptions::default()
     };

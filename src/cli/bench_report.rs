@@ -67,6 +67,9 @@ pub struct ReportBench {
     /// Run silver with `deletion_vectors = true` (rows replaced by marks, not file rewrites).
     #[arg(long)]
     silver_deletion_vectors: bool,
+    /// The source's num_partitions: connections each batch's change rows are read over.
+    #[arg(long, default_value_t = 1)]
+    num_partitions: u32,
     /// A sink of your own to compare on the same feed: a shell command with `{bootstrap}`,
     /// `{topic}` and `{dir}` in it that reads the topic from its start and exits once it has
     /// written every record (e.g. kafka-delta-ingest with its end-at-latest option). Default:
@@ -111,7 +114,7 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     let (sim_address, broker_address) = (services.sim_address, services.broker_address);
     let kafka = KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() };
     let silver_extra = if args.silver_deletion_vectors { "deletion_vectors = true" } else { "" };
-    let files = Files::write(&dir, &broker_address.to_string(), sim_address, "max_commits_per_batch = 1000", silver_extra)?;
+    let files = Files::write(&dir, &broker_address.to_string(), sim_address, &format!("max_commits_per_batch = 1000\nnum_partitions = {}", args.num_partitions), silver_extra)?;
     eprintln!("bench: simulator on {sim_address}, broker on {broker_address}, files in {}", dir.display());
 
     // The stages start on the empty table, then the backlog is made while none runs.

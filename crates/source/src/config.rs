@@ -156,6 +156,11 @@ pub struct MssqlSourceOptions {
     /// Rows per Arrow batch while reading (the unit in which rows are encoded and handed to
     /// the producer; a batch of many commits streams through in such chunks). Default 10000.
     pub fetch_rows: usize,
+    /// Connections a batch's change rows are read over, each reading LSN ranges of about
+    /// `fetch_rows` rows in turn; the rows are published in LSN order whatever the count.
+    /// Default 1 (the stream's own connection); above 1, that many more connections per table,
+    /// each holding at most three `fetch_rows` chunks ahead. At most 16.
+    pub num_partitions: u32,
     /// How long SQL Server may stay unreachable (deadlocks, lock timeouts, dropped connections,
     /// failover) before the stage stops with an error, milliseconds. Default 300000 (5 min).
     pub retry_timeout_ms: u64,
@@ -211,6 +216,7 @@ impl Default for MssqlSourceOptions {
             poll_interval_ms: 500,
             heartbeat_interval_ms: 10_000,
             fetch_rows: 10_000,
+            num_partitions: 1,
             retry_timeout_ms: 300_000,
             topic_partitions: 3,
             producer_properties: Properties::default(),
@@ -376,6 +382,8 @@ pub struct MssqlSourceSettings {
     pub heartbeat_interval: Duration,
     /// Rows per Arrow batch while reading (positive).
     pub fetch_rows: usize,
+    /// Connections a batch's change rows are read over (1 to 16; 1: the stream's own).
+    pub num_partitions: usize,
     /// The schedule of SQL reconnects within the stage: 250 ms doubling to 10 s, for at most
     /// `retry_timeout_ms` of one outage before the stage stops.
     pub sql_retry: RetryConfig,
@@ -500,6 +508,9 @@ pub(crate) const SERVER_KEYS: &[&str] = &["server", "data source", "address", "a
 pub(crate) const PASSWORD_KEYS: &[&str] = &["password", "pwd"];
 pub(crate) const USER_KEYS: &[&str] = &["user id", "uid", "user"];
 /// Producer settings the source owns or that would weaken its guarantees.
+/// The most connections one table's batches are read over (`num_partitions`).
+const MAX_PARTITIONS: u32 = 16;
+
 const RESERVED_PRODUCER_PROPERTIES: &[&str] =
     &["bootstrap.servers", "security.protocol", "sasl.password", "enable.idempotence", "acks", "transactional.id"];
 
@@ -569,6 +580,7 @@ impl ConnectorKind for MssqlSourceOptions {
             poll_interval: Duration::from_millis(self.poll_interval_ms),
             heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),
             fetch_rows: self.fetch_rows,
+            num_partitions: self.num_partitions as usize,
             sql_retry: RetryConfig { initial_backoff_ms: 250, max_backoff_ms: 10_000, budget_ms: self.retry_timeout_ms },
             topic_partitions: i32::try_from(self.topic_partitions).ok()?,
             producer_properties: self.producer_properties,
@@ -722,6 +734,9 @@ impl MssqlSourceOptions {
     fn check_counts(&self, problems: &mut Problems) {
         if self.fetch_rows == 0 {
             problems.invalid("fetch_rows", "zero", "a positive number of rows");
+        }
+        if !(1..=MAX_PARTITIONS).contains(&self.num_partitions) {
+            problems.invalid("num_partitions", format!("{} is out of range", self.num_partitions), format!("a number of connections from 1 to {MAX_PARTITIONS}"));
         }
         if self.retry_timeout_ms == 0 {
             problems.invalid("retry_timeout_ms", "zero", "a positive number of milliseconds");

@@ -2,10 +2,13 @@
 //! → **encode** and **publish** them as they arrive → wait for every acknowledgement → the
 //! **control record** naming them → advance the position.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::changes::{ChunkSpec, Chunker};
+use super::parallel::{self, PartitionedRead};
 use super::switch::Follow;
 use super::{Position, Setup, Step, Stream};
 use crate::config::{OnDataLoss, SchemaChangePolicy};
@@ -13,7 +16,6 @@ use crate::connection::TdsClient;
 use crate::error::SourceError;
 use crate::publish::{Producing, Queued};
 use crate::reader::{self, Commit, ServerState};
-use crate::rows::BatchBuilder;
 use crate::zone::ZoneRule;
 use mssql_cdc_core::log::control::{ControlRecord, Event, PartitionRange, SourceMetrics, CONTROL_VERSION, CONTROL_VERSION_DEBEZIUM};
 use mssql_cdc_core::log::debezium::event::{AvroIds, EventSettings, EventWriter};
@@ -203,41 +205,56 @@ impl Stream {
     }
 
     /// Reads the planned change rows into Arrow batches of `fetch_rows`, encoding and
-    /// publishing each as it fills; then checks for data loss again (cleanup may have run
-    /// during the read) and adds any `data_skipped` event to the plan.
+    /// publishing each as it fills (over `num_partitions` connections when above one:
+    /// [`super::parallel`]); then checks for data loss again (cleanup may have run during the
+    /// read) and adds any `data_skipped` event to the plan.
     /// `None` when cleanup ran during the read under `on_data_loss = "resnapshot"`: the batch
     /// is abandoned (its records are orphans no control record names).
-    async fn read(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, plan: &mut Plan) -> Result<Option<Rows>, SourceError> {
+    async fn read(&self, conn: &mut TdsClient, setup: &Setup, position: &mut Position, plan: &mut Plan) -> Result<Option<Rows>, SourceError> {
         let mut rows = Rows::default();
         if plan.to <= plan.from {
             return Ok(Some(rows));
         }
         let ci = setup.instance.name.as_str();
-        let (from, to, utc) = (plan.from, plan.to, &plan.utc);
-        let mut builder = BatchBuilder::new(&setup.schema, ci, position.generation, self.options.fetch_rows);
-        let mut changes = reader::read_changes(conn, &self.connector, &setup.change_sql, from, to, setup.schema.include_command_id).await?;
-        while let Some(row) = changes.next().await? {
-            let (start_lsn, operation) = (row.at.start_lsn, row.at.operation);
-            let Ok(index) = utc.binary_search_by(|(lsn, _)| lsn.cmp(&start_lsn)) else {
-                let message = format!("change row at {start_lsn} has no commit in cdc.lsn_time_mapping between {from} and {to}");
-                return Err(SourceError::Sql { message, code: None, transient: false });
-            };
-            builder
-                .append(row.at, row.command_id, utc[index].1, row.values.into_iter())
-                .map_err(|e| SourceError::Schema { capture_instance: ci.to_owned(), message: e.to_string() })?;
-            rows.count += 1;
-            rows.min_lsn = Some(rows.min_lsn.map_or(start_lsn, |m| m.min(start_lsn)));
-            rows.max_lsn = Some(rows.max_lsn.map_or(start_lsn, |m| m.max(start_lsn)));
-            // Never between an update's before- and after-image (the Debezium envelope makes
-            // one event of the two, within one chunk).
-            if builder.len() >= self.options.fetch_rows && operation != 3 {
-                self.encode_next(setup, &mut rows, builder.finish()).await?;
+        let spec = Arc::new(ChunkSpec {
+            schema: setup.schema.clone(),
+            capture_instance: ci.to_owned(),
+            generation: position.generation,
+            fetch_rows: self.options.fetch_rows,
+            from: plan.from,
+            to: plan.to,
+            utc: Arc::new(plan.utc.clone()),
+        });
+        let readers = self.options.num_partitions;
+        let commits: Vec<Lsn> = plan.commits.iter().map(|c| c.lsn).collect();
+        let ranges = if readers > 1 {
+            parallel::split(plan.from, plan.to, &commits, position.partitions.commits_per_range(commits.len(), readers, self.options.fetch_rows))
+        } else {
+            Vec::new()
+        };
+        let span = if ranges.len() > 1 {
+            let connections = &mut position.partitions.connections;
+            let mut read = PartitionedRead::start(&self.connector, &setup.change_sql, setup.schema.include_command_id, spec, ranges, connections, readers).await?;
+            while let Some(chunk) = read.next().await? {
+                self.encode_next(setup, &mut rows, chunk).await?;
             }
-        }
-        drop(changes);
-        if !builder.is_empty() {
-            self.encode_next(setup, &mut rows, builder.finish()).await?;
-        }
+            read.finish(connections).await?
+        } else {
+            let mut chunker = Chunker::new(spec);
+            let mut changes = reader::read_changes(conn, &self.connector, &setup.change_sql, plan.from, plan.to, setup.schema.include_command_id).await?;
+            while let Some(row) = changes.next().await? {
+                if let Some(chunk) = chunker.push(row)? {
+                    self.encode_next(setup, &mut rows, chunk).await?;
+                }
+            }
+            drop(changes);
+            if let Some(chunk) = chunker.rest() {
+                self.encode_next(setup, &mut rows, chunk).await?;
+            }
+            chunker.span
+        };
+        position.partitions.observe(span.count, commits.len());
+        (rows.count, rows.min_lsn, rows.max_lsn) = (span.count, span.min_lsn, span.max_lsn);
         let after = reader::server_state(conn, &self.connector, ci).await?;
         if self.options.on_data_loss == OnDataLoss::Resnapshot && after.min_lsn > plan.from.increment() {
             if let Some(queued) = rows.queued.take() {

@@ -3,9 +3,11 @@
 //! transient SQL Server faults on a new connection, for up to `retry_timeout_ms`.
 
 mod batch;
+mod changes;
 mod chunked;
 mod ddl;
 mod offset;
+mod parallel;
 mod pipeline;
 mod seed;
 mod snapshot;
@@ -114,6 +116,8 @@ struct Position {
     log_schema: Option<TableSchema>,
     /// The batch whose acknowledgements and control record are still being awaited.
     pipeline: pipeline::Pipeline,
+    /// The partitioned readers' connections (`num_partitions` > 1), kept between batches.
+    partitions: parallel::Partitions,
 }
 
 /// One capture instance's stream.
@@ -249,6 +253,7 @@ impl Stream {
             // chunk readers connect again too.
             position.snapshot_txn = false;
             position.readers.clear();
+            position.partitions.connections.clear();
         }
         let streaming = position.open_next.is_none() && position.snapshot.as_ref().is_none_or(|s| s.complete) && self.request.is_none();
         if !streaming {
@@ -431,6 +436,7 @@ impl Stream {
                     backfill: chunked::Backfill::default(),
                     readers: Vec::new(),
                     pipeline: pipeline::Pipeline::default(),
+                    partitions: parallel::Partitions::default(),
                 }
             }
             None => {
@@ -455,6 +461,7 @@ impl Stream {
                     backfill: chunked::Backfill::default(),
                     readers: Vec::new(),
                     pipeline: pipeline::Pipeline::default(),
+                    partitions: parallel::Partitions::default(),
                 }
             }
         };

@@ -240,6 +240,7 @@ mod tests {
             readers: Vec::new(),
             log_schema: None,
             pipeline: Default::default(),
+            partitions: Default::default(),
         }
     }
 
