@@ -127,8 +127,22 @@ pub struct Workload {
     rng: StdRng,
     live: Vec<i64>,
     next_id: i64,
+    /// How the open transaction changed `live`, newest last: undone when it is rolled back
+    /// (copying `live` per transaction would cost O(keys) each).
+    undo: Vec<KeyChange>,
     stop: Option<Arc<AtomicBool>>,
     made: Option<Arc<AtomicU64>>,
+}
+
+/// One change to the workload's live keys, as [`Workload::roll_back_keys`] undoes it.
+#[derive(Clone, Copy, Debug)]
+enum KeyChange {
+    /// A key pushed at the end.
+    Pushed,
+    /// `live[index]` replaced; it held `old`.
+    Replaced { index: usize, old: i64 },
+    /// `live.swap_remove(index)` took `old`.
+    Removed { index: usize, old: i64 },
 }
 
 const STATUSES: &[&str] = &["new", "paid", "packed", "shipped", "delivered", "returned"];
@@ -142,7 +156,7 @@ impl Workload {
     pub fn new(options: WorkloadOptions, existing: Vec<i64>) -> Self {
         let next_id = existing.iter().copied().max().unwrap_or(0) + 1;
         let rng = StdRng::seed_from_u64(options.seed);
-        Self { options, rng, live: existing, next_id, stop: None, made: None }
+        Self { options, rng, live: existing, next_id, undo: Vec::new(), stop: None, made: None }
     }
 
     /// Stops at the next transaction boundary once `stop` is set, and counts the changes
@@ -151,6 +165,28 @@ impl Workload {
         self.stop = Some(stop);
         self.made = Some(made);
         self
+    }
+
+    /// Undoes the open transaction's key changes, newest first, and restores `next_id`.
+    fn roll_back_keys(&mut self, next_id: i64) {
+        while let Some(change) = self.undo.pop() {
+            match change {
+                KeyChange::Pushed => {
+                    self.live.pop();
+                }
+                KeyChange::Replaced { index, old } => self.live[index] = old,
+                KeyChange::Removed { index, old } => {
+                    // swap_remove moved the last key into `index`; put it back at the end.
+                    if index == self.live.len() {
+                        self.live.push(old);
+                    } else {
+                        let moved = std::mem::replace(&mut self.live[index], old);
+                        self.live.push(moved);
+                    }
+                }
+            }
+        }
+        self.next_id = next_id;
     }
 
     fn stopped(&self) -> bool {
@@ -221,7 +257,8 @@ impl Workload {
         let mut report = WorkloadReport::default();
         while report.changes < self.options.changes && !self.stopped() {
             let size = self.rng.random_range(1..=self.options.max_transaction_size.max(1));
-            let snapshot = (self.live.clone(), self.next_id);
+            let snapshot = self.next_id;
+            self.undo.clear();
             let mut changed = 0u64;
             let mut statements = Vec::with_capacity(size as usize);
             for _ in 0..size {
@@ -242,7 +279,7 @@ impl Workload {
                     }
                 }
                 Err(error) if matches!(error.number, 1205 | 1222) => {
-                    (self.live, self.next_id) = snapshot;
+                    self.roll_back_keys(snapshot);
                     report.retries += 1;
                     continue;
                 }
@@ -295,22 +332,53 @@ impl Workload {
                 // reader in key order meets rows moving both ahead of it and behind it.
                 let new = if self.rng.random_bool(0.5) { self.next_id } else { -self.next_id };
                 self.next_id += 1;
+                self.undo.push(KeyChange::Replaced { index, old });
                 self.live[index] = new;
                 ("UPDATE dbo.orders SET order_id = @P1 WHERE order_id = @P2".to_owned(), positional(vec![Value::Int(new), Value::Int(old)]))
             }
             Some(index) if roll >= key_update => {
                 let id = self.live.swap_remove(index);
+                self.undo.push(KeyChange::Removed { index, old: id });
                 ("DELETE FROM dbo.orders WHERE order_id = @P1".to_owned(), positional(vec![Value::Int(id)]))
             }
             _ => {
                 let id = self.next_id;
                 self.next_id += 1;
                 self.live.push(id);
+                self.undo.push(KeyChange::Pushed);
                 (
                     format!("INSERT INTO dbo.orders ({INSERT_COLUMNS}) VALUES (@P1, @P2, @P3, @P4, @P5, @P6, SYSDATETIME(), NULL, @P7, @P8, @P9, @P10)"),
                     self.insert_params(id),
                 )
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deadlock victim's transaction is retried from the keys it started with: undoing its
+    /// pushes, key moves and removals must give back exactly the keys (and their order) and
+    /// the next id from before it.
+    #[test]
+    fn a_rolled_back_transaction_leaves_the_live_keys_as_they_were() {
+        let options = WorkloadOptions { insert_percent: 30, update_percent: 10, key_update_percent: 30, hot_key_percent: 50, ..WorkloadOptions::default() };
+        let mut workload = Workload::new(options, (1..=40).collect());
+        let mut changed = 0;
+        for round in 0..50 {
+            let (live, next_id) = (workload.live.clone(), workload.next_id);
+            workload.undo.clear();
+            for _ in 0..(round % 9 + 1) {
+                workload.next_statement();
+            }
+            changed += usize::from(workload.live != live);
+            workload.roll_back_keys(next_id);
+            assert_eq!((&workload.live, workload.next_id), (&live, next_id), "round {round}");
+            // Then commit a few, so the next round starts elsewhere.
+            workload.next_statement();
+        }
+        assert!(changed > 25, "only {changed} of 50 transactions changed the keys: the test undoes nothing");
     }
 }

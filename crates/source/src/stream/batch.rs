@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::changes::{ChunkSpec, Chunker};
+use super::changes::{ChunkSpec, Chunker, Span};
 use super::parallel::{self, PartitionedRead};
 use super::switch::Follow;
 use super::{Position, Setup, Step, Stream};
@@ -42,7 +42,7 @@ struct Plan {
     heartbeat_due: bool,
     zone: ZoneRule,
     /// Each commit's UTC time, in LSN order.
-    utc: Vec<(Lsn, DateTime<Utc>)>,
+    utc: Arc<Vec<(Lsn, DateTime<Utc>)>>,
     events: Vec<Event>,
     warnings: Vec<String>,
 }
@@ -50,10 +50,9 @@ struct Plan {
 /// What reading and publishing a batch's rows produced.
 #[derive(Default)]
 struct Rows {
-    count: u64,
+    /// The rows read and the LSNs they span.
+    span: Span,
     bytes: u64,
-    min_lsn: Option<Lsn>,
-    max_lsn: Option<Lsn>,
     /// The server state read after the rows (the next batch may start from it).
     state_after: Option<ServerState>,
     /// The last chunk's encoding, still running (its bytes are not in `bytes` yet).
@@ -101,19 +100,19 @@ impl Stream {
             self.publisher.finish().await?;
             return Ok(Step::Published);
         };
-        if rows.count == 0 && plan.events.is_empty() && plan.caught_up && !plan.heartbeat_due {
+        if rows.span.count == 0 && plan.events.is_empty() && plan.caught_up && !plan.heartbeat_due {
             // Nothing worth a record yet: the commits stay for the next batch.
             self.publisher.finish().await?;
             return Ok(Step::Idle);
         }
         // A chunked snapshot's waves write control records of their own after the batch.
         let snapshot_open = position.snapshot.as_ref().is_some_and(|s| !s.complete);
-        if !plan.caught_up && plan.events.is_empty() && rows.count > 0 && !snapshot_open {
+        if !plan.caught_up && plan.events.is_empty() && rows.span.count > 0 && !snapshot_open {
             // More commits wait on the server: read them while this batch is encoded and
             // acknowledged.
             let mut record = self.control_record(setup, position, &plan, &rows, Vec::new(), &state, started.elapsed());
             position.advance(&record);
-            let records = setup.debezium.is_none().then_some(rows.count);
+            let records = setup.debezium.is_none().then_some(rows.span.count);
             let handle = self.publisher.settle_in_background(&setup.control_topic, rows.queued.take(), move |partitions, bytes| {
                 record.partitions = all_acknowledged(records, partitions)?;
                 record.metrics.bytes += bytes;
@@ -126,7 +125,7 @@ impl Stream {
         if let Some(queued) = rows.queued.take() {
             rows.bytes += queued.wait().await?;
         }
-        let partitions = all_acknowledged(setup.debezium.is_none().then_some(rows.count), self.publisher.finish().await?)?;
+        let partitions = all_acknowledged(setup.debezium.is_none().then_some(rows.span.count), self.publisher.finish().await?)?;
         let record = self.control_record(setup, position, &plan, &rows, partitions, &state, started.elapsed());
         self.publisher.send_control(&setup.control_topic, &record).await?;
         setup.pending.clear();
@@ -198,7 +197,7 @@ impl Stream {
             caught_up: to >= state.max_lsn,
             heartbeat_due: position.last_published.elapsed() >= self.options.heartbeat_interval,
             zone,
-            utc,
+            utc: Arc::new(utc),
             events,
             warnings,
         }))
@@ -223,7 +222,7 @@ impl Stream {
             fetch_rows: self.options.fetch_rows,
             from: plan.from,
             to: plan.to,
-            utc: Arc::new(plan.utc.clone()),
+            utc: Arc::clone(&plan.utc),
         });
         let readers = self.options.num_partitions;
         let commits: Vec<Lsn> = plan.commits.iter().map(|c| c.lsn).collect();
@@ -254,7 +253,7 @@ impl Stream {
             chunker.span
         };
         position.partitions.observe(span.count, commits.len());
-        (rows.count, rows.min_lsn, rows.max_lsn) = (span.count, span.min_lsn, span.max_lsn);
+        rows.span = span;
         let after = reader::server_state(conn, &self.connector, ci).await?;
         if self.options.on_data_loss == OnDataLoss::Resnapshot && after.min_lsn > plan.from.increment() {
             if let Some(queued) = rows.queued.take() {
@@ -309,9 +308,9 @@ impl Stream {
         ControlRecord {
             to_lsn: plan.to,
             commits: plan.commits.len() as u64,
-            rows: rows.count,
-            min_row_lsn: rows.min_lsn,
-            max_row_lsn: rows.max_lsn,
+            rows: rows.span.count,
+            min_row_lsn: rows.span.min_lsn,
+            max_row_lsn: rows.span.max_lsn,
             min_commit_ts: plan.utc.first().map(|c| c.1),
             max_commit_ts: plan.utc.last().map(|c| c.1),
             last_commit_ts: plan.utc.last().map(|c| c.1).or(position.last_commit_ts),

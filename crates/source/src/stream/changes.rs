@@ -88,21 +88,15 @@ impl Chunker {
 mod tests {
     use super::*;
 
-    fn lsn(n: u8) -> Lsn {
-        let mut bytes = [0u8; 10];
-        bytes[9] = n;
-        Lsn(bytes)
-    }
-
     #[test]
     fn merged_spans_count_both_and_cover_both_ranges() {
         let mut a = Span::default();
-        a.add(lsn(5));
-        a.add(lsn(7));
+        a.add(Lsn::from_record(5));
+        a.add(Lsn::from_record(7));
         let mut b = Span::default();
-        b.add(lsn(2));
+        b.add(Lsn::from_record(2));
         a.merge(b);
-        assert_eq!(a, Span { count: 3, min_lsn: Some(lsn(2)), max_lsn: Some(lsn(7)) });
+        assert_eq!(a, Span { count: 3, min_lsn: Some(Lsn::from_record(2)), max_lsn: Some(Lsn::from_record(7)) });
         let mut empty = Span::default();
         empty.merge(Span::default());
         assert_eq!(empty, Span::default());

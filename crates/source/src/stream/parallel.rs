@@ -209,23 +209,18 @@ async fn read_range(conn: &mut TdsClient, job: &Job, from: Lsn, to: Lsn, chunker
 mod tests {
     use super::*;
 
-    fn lsn(n: u8) -> Lsn {
-        let mut bytes = [0u8; 10];
-        bytes[9] = n;
-        Lsn(bytes)
-    }
-
     /// The ranges tile `(from, to]` exactly, end at commits, and hold `per_range` commits each.
     #[test]
     fn ranges_tile_the_batch_and_end_at_commits() {
-        let commits: Vec<Lsn> = [2, 3, 5, 8, 9].into_iter().map(lsn).collect();
-        assert_eq!(split(lsn(1), lsn(9), &commits, 2), vec![(lsn(1), lsn(3)), (lsn(3), lsn(8)), (lsn(8), lsn(9))]);
-        assert_eq!(split(lsn(1), lsn(9), &commits, 5), vec![(lsn(1), lsn(9))]);
-        assert_eq!(split(lsn(1), lsn(9), &commits, 1).len(), 5);
+        let at = Lsn::from_record;
+        let commits: Vec<Lsn> = [2, 3, 5, 8, 9].into_iter().map(at).collect();
+        assert_eq!(split(at(1), at(9), &commits, 2), vec![(at(1), at(3)), (at(3), at(8)), (at(8), at(9))]);
+        assert_eq!(split(at(1), at(9), &commits, 5), vec![(at(1), at(9))]);
+        assert_eq!(split(at(1), at(9), &commits, 1).len(), 5);
         // A batch reaching past its last commit (a DDL's LSN) ends at `to`.
-        assert_eq!(split(lsn(1), lsn(12), &commits, 3), vec![(lsn(1), lsn(5)), (lsn(5), lsn(12))]);
-        assert_eq!(split(lsn(1), lsn(12), &commits, 2), vec![(lsn(1), lsn(3)), (lsn(3), lsn(8)), (lsn(8), lsn(12))]);
-        assert_eq!(split(lsn(1), lsn(12), &[], 3), vec![(lsn(1), lsn(12))]);
+        assert_eq!(split(at(1), at(12), &commits, 3), vec![(at(1), at(5)), (at(5), at(12))]);
+        assert_eq!(split(at(1), at(12), &commits, 2), vec![(at(1), at(3)), (at(3), at(8)), (at(8), at(12))]);
+        assert_eq!(split(at(1), at(12), &[], 3), vec![(at(1), at(12))]);
     }
 
     #[test]

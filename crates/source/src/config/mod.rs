@@ -2,30 +2,35 @@
 //! [`MssqlSourceSettings`] validation makes of them.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use mssql_cdc_core::config::problem::Problems;
-use mssql_cdc_core::config::secret::{Secret, REDACTED};
+use mssql_cdc_core::config::secret::Secret;
 use mssql_cdc_core::kafka::config::Properties;
 use mssql_cdc_core::log::debezium::event::EventSettings;
-use mssql_cdc_core::log::format::{validate_format, Encoding, Envelope, RecordFormat, SchemaRegistryConfig};
+use mssql_cdc_core::log::format::{validate_format, Envelope, RecordFormat, SchemaRegistryConfig};
 use mssql_cdc_core::log::topic::{is_valid_topic, TOPIC_FORM};
 use mssql_cdc_core::log::control::SnapshotMode;
 use mssql_cdc_core::log::ColumnType;
 use mssql_cdc_core::stage::retry::RetryConfig;
 use mssql_cdc_core::stage::{ConnectorKind, Stage, StageContext, StageError};
-use mssql_cdc_types::lsn::Lsn;
 use mssql_cdc_types::timezone::ServerZone;
 
 use crate::auth::config::{AuthenticationKind, EntraIdOptions};
 pub use crate::auth::login::{Encrypt, Login, ServerTrust};
-use crate::backfill::config::{BackfillOptions, BackfillSettings};
+use crate::backfill::config::BackfillOptions;
 use mssql_cdc_core::tables::pattern::PATTERN_FORM;
-use mssql_cdc_core::tables::{check_override_keys, override_for, TablePattern};
+use mssql_cdc_core::tables::{check_override_keys, TablePattern};
+
+mod connection_string;
+mod settings;
+
+pub use connection_string::ConnectionString;
+pub(crate) use connection_string::{PASSWORD_KEYS, SERVER_KEYS, USER_KEYS};
+pub use settings::{Cast, ColumnChoice, MssqlSourceSettings, SnapshotSettings, SourceZone, StartingLsn};
 
 /// Options of `mssql-source`. Names follow the reference library's, in snake_case.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -322,195 +327,10 @@ pub enum SnapshotIsolation {
     Snapshot,
 }
 
-/// How snapshots are read.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SnapshotSettings {
-    /// Snapshot before streaming, once per stream.
-    pub bootstrap: bool,
-    /// Snapshot after a move to a newer capture instance.
-    pub on_switch: bool,
-    /// The isolation level of the reads.
-    pub isolation: SnapshotIsolation,
-    /// `SET LOCK_TIMEOUT` for the reads.
-    pub lock_timeout: Duration,
-    /// Columns to read in order of, where the table has no unique index.
-    pub keys: Vec<String>,
-    /// Rows per read and per batch (positive).
-    pub fetch_rows: u64,
-    /// At most one re-snapshot per this long.
-    pub resnapshot_interval: Duration,
-    /// How snapshots read the table.
-    pub mode: SnapshotMode,
-    /// How a chunked snapshot is planned, read and paced.
-    pub backfill: BackfillSettings,
-}
-
-/// The validated settings of an `mssql-source` connector: what the stage is built from.
-#[derive(Clone, Debug)]
-pub struct MssqlSourceSettings {
-    /// How to reach and log in to SQL Server.
-    pub login: Login,
-    /// Capture instances to read, each once (a table's stream reads one at a time).
-    pub capture_instances: Vec<String>,
-    /// Which tables to read, and their overrides.
-    pub tables: TableSelection,
-    /// Prefix of the data topics.
-    pub topic_prefix: String,
-    /// Encoding of data records, with the registry for Avro.
-    pub encoding: Encoding,
-    /// With the Debezium envelope: how its events are written; `None`: native records.
-    pub debezium: Option<EventSettings>,
-    /// At most this many commits per batch (positive); `None`: unlimited.
-    pub max_commits_per_batch: Option<u64>,
-    /// Where a new stream starts.
-    pub starting_lsn: StartingLsn,
-    /// What to do about purged, unread changes.
-    pub on_data_loss: OnDataLoss,
-    /// What DDL on the source table does.
-    pub schema_change_policy: SchemaChangePolicy,
-    /// Bootstrap and re-snapshots.
-    pub snapshot: SnapshotSettings,
-    /// Zone of the server clock.
-    pub source_time_zone: SourceZone,
-    /// The captured columns to publish; empty: all, with their own types.
-    pub columns: Vec<ColumnChoice>,
-    /// Publish `__$command_id` as `_command_id`.
-    pub include_command_id: bool,
-    /// Pause between polls of a caught-up capture instance.
-    pub poll_interval: Duration,
-    /// An empty batch is published on a quiet table this often.
-    pub heartbeat_interval: Duration,
-    /// Rows per Arrow batch while reading (positive).
-    pub fetch_rows: usize,
-    /// Connections a batch's change rows are read over (1 to 16; 1: the stream's own).
-    pub num_partitions: usize,
-    /// The schedule of SQL reconnects within the stage: 250 ms doubling to 10 s, for at most
-    /// `retry_timeout_ms` of one outage before the stage stops.
-    pub sql_retry: RetryConfig,
-    /// Partitions of the data topics the source creates (positive).
-    pub topic_partitions: i32,
-    /// librdkafka producer properties passed through (no worker-owned keys).
-    pub producer_properties: Properties,
-}
-
-impl MssqlSourceSettings {
-    /// The settings of one table: the file's, with the table's override (`schema.table`) in
-    /// place.
-    pub fn for_table(&self, schema: &str, table: &str) -> MssqlSourceSettings {
-        let mut settings = self.clone();
-        if let Some(given) = override_for(&self.tables.overrides, &mssql_cdc_core::tables::table_id(schema, table)) {
-            if let Some(columns) = &given.columns {
-                settings.columns = columns.clone();
-            }
-            if let Some(keys) = &given.snapshot_keys {
-                settings.snapshot.keys = keys.clone();
-            }
-        }
-        settings
-    }
-}
-
-/// Where a new stream starts (`starting_lsn`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StartingLsn {
-    /// At the oldest change the capture instance still holds.
-    Earliest,
-    /// After the newest change at start-up.
-    Latest,
-    /// After this LSN (taken as already processed).
-    After(Lsn),
-}
-
-impl StartingLsn {
-    /// `earliest`, `latest` or an LSN of 1 to 20 hex digits (`0x` optional).
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "earliest" => Some(Self::Earliest),
-            "latest" => Some(Self::Latest),
-            text => Lsn::parse_hex(text).map(Self::After),
-        }
-    }
-}
-
-impl fmt::Display for StartingLsn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Earliest => f.write_str("earliest"),
-            Self::Latest => f.write_str("latest"),
-            Self::After(lsn) => write!(f, "{lsn}"),
-        }
-    }
-}
-
-/// The zone of the server clock (`source_time_zone`).
-#[derive(Clone, Debug, PartialEq)]
-pub enum SourceZone {
-    /// Asked of the server (`CURRENT_TIMEZONE_ID()`) when a stream starts.
-    Auto,
-    /// This zone.
-    Fixed(ServerZone),
-}
-
-/// One `columns` entry.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ColumnChoice {
-    /// The column's name as written (matched ignoring case, an exact match winning).
-    pub name: String,
-    /// The cast it is read through, if any.
-    pub cast: Option<Cast>,
-}
-
-/// `CAST([column] AS <sql_type>)`, and the log type that type maps to.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Cast {
-    /// The T-SQL type text, e.g. `decimal(18,2)`.
-    pub sql_type: String,
-    /// Its type on the log.
-    pub ty: ColumnType,
-}
-
-/// A connection string. Its `Debug` form hides any `Password=`/`PWD=` part.
-#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct ConnectionString(pub String);
-
-impl ConnectionString {
-    /// The `key=value` pairs, keys lower-cased and trimmed.
-    pub fn pairs(&self) -> impl Iterator<Item = (String, &str)> {
-        self.0.split(';').filter_map(|part| {
-            let (key, value) = part.split_once('=')?;
-            Some((key.trim().to_ascii_lowercase(), value.trim()))
-        })
-    }
-
-    pub(crate) fn has_any(&self, keys: &[&str]) -> bool {
-        self.pairs().any(|(key, _)| keys.contains(&key.as_str()))
-    }
-}
-
-impl fmt::Debug for ConnectionString {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shown: Vec<String> = self
-            .0
-            .split(';')
-            .map(|part| match part.split_once('=') {
-                Some((key, _)) if matches!(key.trim().to_ascii_lowercase().as_str(), "password" | "pwd") => {
-                    format!("{key}={REDACTED}")
-                }
-                _ => part.to_owned(),
-            })
-            .collect();
-        write!(f, "{:?}", shown.join(";"))
-    }
-}
-
-pub(crate) const SERVER_KEYS: &[&str] = &["server", "data source", "address", "addr", "network address"];
-pub(crate) const PASSWORD_KEYS: &[&str] = &["password", "pwd"];
-pub(crate) const USER_KEYS: &[&str] = &["user id", "uid", "user"];
-/// Producer settings the source owns or that would weaken its guarantees.
 /// The most connections one table's batches are read over (`num_partitions`).
 const MAX_PARTITIONS: u32 = 16;
 
+/// Producer settings the source owns or that would weaken its guarantees.
 const RESERVED_PRODUCER_PROPERTIES: &[&str] =
     &["bootstrap.servers", "security.protocol", "sasl.password", "enable.idempotence", "acks", "transactional.id"];
 
@@ -778,6 +598,8 @@ pub fn parse_column(text: &str) -> Option<ColumnChoice> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use mssql_cdc_core::log::format::Encoding;
+    use mssql_cdc_types::lsn::Lsn;
 
     pub(crate) fn valid() -> MssqlSourceOptions {
         MssqlSourceOptions {
