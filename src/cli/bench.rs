@@ -51,6 +51,9 @@ enum BenchWhat {
     /// `mssql-cdc reconcile` over a table and its silver (tier 1, then every row hashed), next
     /// to a `COUNT_BIG(*)` over TDS and silver's row count
     Reconcile(super::bench_reconcile::ReconcileBench),
+    /// The memory run: a backlog (10M changes by default) made while no stage runs, then the
+    /// three stages catching up together, each its own process: time, rows/s, peak RSS
+    Backlog(super::bench_backlog::BacklogBench),
 }
 
 #[derive(Debug, clap::Args)]
@@ -80,6 +83,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some(BenchWhat::Snapshot(bench)) => super::bench_snapshot::run(bench).await,
         Some(BenchWhat::Backfill(bench)) => super::bench_backfill::run(bench).await,
         Some(BenchWhat::Reconcile(bench)) => super::bench_reconcile::run(bench).await,
+        Some(BenchWhat::Backlog(bench)) => super::bench_backlog::run(bench).await,
     }
 }
 

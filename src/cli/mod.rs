@@ -5,6 +5,8 @@ mod bench;
 #[cfg(feature = "embedded-broker")]
 mod bench_backfill;
 #[cfg(feature = "embedded-broker")]
+mod bench_backlog;
+#[cfg(feature = "embedded-broker")]
 mod bench_external;
 #[cfg(feature = "embedded-broker")]
 mod bench_reconcile;

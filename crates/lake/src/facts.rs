@@ -34,7 +34,7 @@ pub struct FactsError {
 }
 
 /// A batch-type facts row (`batch` or `heartbeat`): what silver follows.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct BatchFact {
     /// The table the batch went to (bronze's location).
     pub target: String,

@@ -145,6 +145,15 @@ impl Simulator {
         })
     }
 
+    /// How many change rows a capture instance holds (0 when there is no such instance),
+    /// after a capture run: [`Simulator::changes`]' length without copying them.
+    pub fn change_count(&self, capture_instance: &str) -> usize {
+        self.engine.with_db(|db| {
+            db.run_capture();
+            db.cdc.instance(capture_instance).map_or(0, |ci| ci.rows.len())
+        })
+    }
+
     /// Runs the capture job every `interval` on a background thread (for a served simulator,
     /// whose quiet periods still need idle entries and lagged harvests).
     pub fn spawn_jobs(&self, interval: Duration) -> std::thread::JoinHandle<()> {

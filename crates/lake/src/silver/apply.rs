@@ -84,6 +84,8 @@ pub struct Applier {
     row: ControlRow,
     /// Most batches one step takes.
     max_batches: i64,
+    /// Most bronze rows one step takes (a larger single batch goes whole).
+    max_rows: i64,
     /// Replace and delete rows by deletion vectors ([`super::mark`]).
     deletion_vectors: bool,
     /// Whether the "facts name another bronze table" warning was given.
@@ -130,6 +132,7 @@ impl Applier {
             silver_batch,
             row,
             max_batches: options.max_batches_per_apply,
+            max_rows: options.max_rows_per_apply,
             deletion_vectors: options.deletion_vectors,
             warned_other_target: std::sync::atomic::AtomicBool::new(false),
             connector: "apply".to_owned(),
@@ -213,25 +216,11 @@ impl Applier {
         Ok(report)
     }
 
-    /// The consecutive batches after `from` the facts table records for bronze.
+    /// The consecutive batches after `from` the facts table records for bronze, at most
+    /// `max_batches` of them and `max_rows` rows between them ([`consecutive_run`]).
     async fn next_batches(&self, from: i64) -> Result<Vec<BatchFact>, SilverError> {
         let results = query(&[("facts", &self.facts)], &batch_facts_sql(from, from + self.max_batches)).await?;
-        let mut run: Vec<BatchFact> = Vec::new();
-        let mut other = None;
-        for fact in read_batch_facts(&results)? {
-            if !same_table(&fact.target, &self.bronze_url) {
-                other = Some(fact.target);
-                continue;
-            }
-            let expected = run.last().map_or(from + 1, |b| b.batch_id + 1);
-            if fact.batch_id < expected {
-                continue; // the same batch twice (shared facts tables never repeat, but be safe)
-            }
-            if fact.batch_id > expected {
-                return Ok(run); // a batch whose facts row is not written yet: stop before it
-            }
-            run.push(fact);
-        }
+        let (run, other) = consecutive_run(read_batch_facts(&results)?, from, self.max_rows, |target| same_table(target, &self.bronze_url));
         if let Some(other) = other.filter(|_| run.is_empty() && !self.warned_other_target.swap(true, std::sync::atomic::Ordering::Relaxed)) {
             tracing::warn!(bronze = %self.bronze_location, facts_target = %other, "the facts table has batches for another bronze table but none for this one yet: is `bronze` the bronze sink's `target`?");
         }
@@ -367,6 +356,31 @@ impl Applier {
     }
 }
 
+/// From facts in batch order: this bronze table's batches `from + 1, from + 2, ...` without a
+/// gap (a batch whose facts row is not written yet ends the run), stopping before the batch
+/// that would take the rows past `max_rows` (the first batch is taken whatever its size).
+/// Also returns a target of another table's facts seen on the way, for a warning.
+fn consecutive_run(facts: Vec<BatchFact>, from: i64, max_rows: i64, ours: impl Fn(&str) -> bool) -> (Vec<BatchFact>, Option<String>) {
+    let mut run: Vec<BatchFact> = Vec::new();
+    let (mut rows, mut other) = (0i64, None);
+    for fact in facts {
+        if !ours(&fact.target) {
+            other = Some(fact.target);
+            continue;
+        }
+        let expected = run.last().map_or(from + 1, |b| b.batch_id + 1);
+        if fact.batch_id < expected {
+            continue; // the same batch twice (shared facts tables never repeat, but be safe)
+        }
+        if fact.batch_id > expected || (!run.is_empty() && rows.saturating_add(fact.rows) > max_rows) {
+            break;
+        }
+        rows = rows.saturating_add(fact.rows);
+        run.push(fact);
+    }
+    (run, other)
+}
+
 /// Most key ranges a MERGE's file filter names.
 pub const MAX_KEY_RANGES: usize = 32;
 
@@ -470,6 +484,30 @@ mod tests {
     use super::*;
 
     /// The ranges cover every key, split where the keys are furthest apart.
+    fn fact(batch_id: i64, rows: i64) -> BatchFact {
+        BatchFact { target: "file:///bronze/".into(), batch_id, rows, ..BatchFact::default() }
+    }
+
+    /// A step takes consecutive batches only, and stops before the batch that would pass
+    /// `max_rows_per_apply`, but always takes one: silver's memory follows the limit, and no
+    /// batch is skipped or waits forever.
+    #[test]
+    fn a_run_is_consecutive_and_stops_before_the_row_limit() {
+        let ours = |t: &str| t == "file:///bronze/";
+        let ids = |run: &[BatchFact]| run.iter().map(|b| b.batch_id).collect::<Vec<_>>();
+        let facts = vec![fact(3, 40), fact(4, 50), fact(5, 20), fact(6, 1)];
+        assert_eq!(ids(&consecutive_run(facts.clone(), 2, 1000, ours).0), vec![3, 4, 5, 6]);
+        assert_eq!(ids(&consecutive_run(facts.clone(), 2, 90, ours).0), vec![3, 4]);
+        assert_eq!(ids(&consecutive_run(facts.clone(), 2, 10, ours).0), vec![3], "a batch over the limit goes alone");
+        assert_eq!(ids(&consecutive_run(facts.clone(), 3, 70, ours).0), vec![4, 5]);
+        let gap = vec![fact(3, 1), fact(5, 1)];
+        assert_eq!(ids(&consecutive_run(gap, 2, 1000, ours).0), vec![3], "a missing facts row ends the run");
+        let mut other = fact(3, 1);
+        other.target = "file:///elsewhere/".into();
+        let (run, seen) = consecutive_run(vec![other, fact(3, 1)], 2, 1000, ours);
+        assert_eq!((ids(&run), seen.as_deref()), (vec![3], Some("file:///elsewhere/")));
+    }
+
     #[test]
     fn key_ranges_split_at_the_widest_gaps() {
         let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("id", arrow::datatypes::DataType::Int64, false)]));

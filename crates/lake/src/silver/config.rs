@@ -46,6 +46,11 @@ pub struct SilverOptions {
     pub granularity: Granularity,
     /// Most bronze batches one apply step folds into one silver commit. Default 100, 1–100000.
     pub max_batches_per_apply: u64,
+    /// Most bronze rows one apply step folds, summed over its batches as the facts table
+    /// records them: a step stops taking batches before the one that would pass it (a single
+    /// batch larger than this is still applied whole). Bounds silver's memory while it catches
+    /// up on a backlog. Default 100000, 1–100000000.
+    pub max_rows_per_apply: u64,
     /// How long to wait when bronze has nothing new, milliseconds. Default 1000.
     pub poll_interval_ms: u64,
     /// How a batch replaces and deletes silver rows: `false` (default) rewrites the files that
@@ -120,6 +125,7 @@ impl Default for SilverOptions {
             facts_table: None,
             granularity: Granularity::default(),
             max_batches_per_apply: 100,
+            max_rows_per_apply: 100_000,
             poll_interval_ms: 1000,
             deletion_vectors: false,
             storage_options: StorageOptions::default(),
@@ -159,6 +165,8 @@ pub struct SilverSettings {
     pub granularity: Granularity,
     /// Most bronze batches one apply step folds into one silver commit (1 to 100000).
     pub max_batches_per_apply: i64,
+    /// Most bronze rows one apply step folds (1 to 100000000; one larger batch goes whole).
+    pub max_rows_per_apply: i64,
     /// How long to wait when bronze has nothing new.
     pub poll_interval: Duration,
     /// Replace and delete silver rows by deletion vectors instead of rewriting their files.
@@ -204,6 +212,9 @@ impl ConnectorKind for SilverOptions {
         if !(1..=100_000).contains(&self.max_batches_per_apply) {
             problems.invalid("max_batches_per_apply", "out of range", "an integer from 1 to 100000");
         }
+        if !(1..=100_000_000).contains(&self.max_rows_per_apply) {
+            problems.invalid("max_rows_per_apply", "out of range", "a row count from 1 to 100000000");
+        }
         if self.poll_interval_ms == 0 {
             problems.invalid("poll_interval_ms", "zero", "milliseconds, at least 1");
         }
@@ -226,6 +237,7 @@ impl ConnectorKind for SilverOptions {
             facts_table: facts_table?,
             granularity: self.granularity,
             max_batches_per_apply: i64::try_from(self.max_batches_per_apply).ok()?,
+            max_rows_per_apply: i64::try_from(self.max_rows_per_apply).ok()?,
             poll_interval: Duration::from_millis(self.poll_interval_ms),
             deletion_vectors: self.deletion_vectors,
             storage_options: self.storage_options,

@@ -198,7 +198,7 @@ async fn read_silver(location: &str) -> BTreeMap<i64, i64> {
     state
 }
 
-fn options(dir: &std::path::Path, app_id: &str, control: &str, max_batches: u64, deletion_vectors: bool) -> SilverSettings {
+fn options(dir: &std::path::Path, app_id: &str, control: &str, (max_batches, max_rows): (u64, u64), deletion_vectors: bool) -> SilverSettings {
     let options = SilverOptions {
         bronze: Some(dir.join("bronze").display().to_string()),
         target: Some(dir.join("silver").display().to_string()),
@@ -208,6 +208,7 @@ fn options(dir: &std::path::Path, app_id: &str, control: &str, max_batches: u64,
         facts_table: Some(dir.join("facts").display().to_string()),
         granularity: Granularity::Hour,
         max_batches_per_apply: max_batches,
+        max_rows_per_apply: max_rows,
         deletion_vectors,
         ..SilverOptions::default()
     };
@@ -237,8 +238,9 @@ async fn check_the_fold(deletion_vectors: bool) {
         let dir = tempfile::tempdir().unwrap();
         let (bronze, facts) = (dir.path().join("bronze").display().to_string(), dir.path().join("facts").display().to_string());
         write_bronze(&bronze, &facts, &batches).await;
-        let max_batches = rng.random_range(1..4);
-        let mut applier = Applier::open(&options(dir.path(), "silver-app", "control", max_batches, deletion_vectors), Storage::new()).await.unwrap();
+        // Runs cut by batch count and by rows (a batch over the row limit goes alone).
+        let limits = (rng.random_range(1..4), [1, 5, 20, 100_000][rng.random_range(0..4)]);
+        let mut applier = Applier::open(&options(dir.path(), "silver-app", "control", limits, deletion_vectors), Storage::new()).await.unwrap();
         let mut verdict = None;
         // Rows replaced or deleted in a silver table that already existed (by marks, then).
         let mut replaced_on_a_table = 0;
@@ -272,12 +274,12 @@ async fn check_the_fold(deletion_vectors: bool) {
         let version = table::open(&silver_path, &Storage::new()).await.unwrap().and_then(|t| t.version());
 
         // Restarted: the txn versions say everything is applied; nothing is written to silver.
-        let mut restarted = Applier::open(&options(dir.path(), "silver-app", "control", 5, deletion_vectors), Storage::new()).await.unwrap();
+        let mut restarted = Applier::open(&options(dir.path(), "silver-app", "control", (5, 100_000), deletion_vectors), Storage::new()).await.unwrap();
         assert_eq!(restarted.step().await.unwrap().batches, 0, "seed {seed}");
         assert_eq!(table::open(&silver_path, &Storage::new()).await.unwrap().and_then(|t| t.version()), version, "seed {seed}: a restart applies nothing twice");
 
         // The whole prefix again (a new app id and control table: the position lost).
-        let mut replay = Applier::open(&options(dir.path(), "replayer", "control-replay", 100_000, deletion_vectors), Storage::new()).await.unwrap();
+        let mut replay = Applier::open(&options(dir.path(), "replayer", "control-replay", (100_000, 100_000_000), deletion_vectors), Storage::new()).await.unwrap();
         let report = replay.step().await.unwrap();
         assert_eq!(report.batches as usize, batches.len(), "seed {seed}");
         assert_eq!((report.inserted, report.updated, report.deleted), (0, 0, 0), "seed {seed}: a replay changes no row");
