@@ -72,3 +72,23 @@ fn sim_bench_reads_every_change_over_tds() {
     assert!(stdout.contains("3000 changes"), "{stdout}");
     assert!(stdout.contains("tiberius read over TDS"), "{stdout}");
 }
+
+/// Invariant: the backlog memory run (`bench backlog`, 10M changes at full size) catches up
+/// end to end, silver ending with as many rows as the source table (the command fails
+/// otherwise), and reports every stage's peak RSS against the 512 MB limit.
+#[test]
+fn bench_backlog_catches_up_and_reports_each_stages_peak_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(support::bin())
+        .args(["bench", "backlog", "--changes", "3000", "--silver-deletion-vectors", "--dir"])
+        .arg(dir.path().join("backlog"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    for stage in ["source", "bronze", "silver"] {
+        let line = stdout.lines().find(|l| l.starts_with(&format!("| {stage} |"))).unwrap_or_else(|| panic!("no {stage} row: {stdout}"));
+        assert!(line.ends_with("| yes |") && line.contains(" MB |"), "{line}");
+    }
+    assert!(stdout.contains("3000 changes") && stdout.contains("rows, as dbo.orders does"), "{stdout}");
+}

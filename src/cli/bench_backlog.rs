@@ -12,18 +12,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use mssql_cdc::broker::BrokerStorage;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_lake::delta::table;
 use mssql_cdc_lake::facts::facts_app_id;
-use mssql_cdc_sim::workload::{create_orders, Workload, WorkloadOptions};
-use mssql_cdc_sim::{LocalClient, SimConfig, Simulator};
+use mssql_cdc_sim::workload::{Workload, WorkloadOptions};
+use mssql_cdc_sim::LocalClient;
 use mssql_cdc_testkit::kafka::totals;
 use mssql_cdc_testkit::stage::StageProcess;
 
-use super::bench_report::{stage, Files, Until, BRONZE_APP, TOPIC};
-use super::services::Services;
+use super::bench_report::{stage, Files, Until, Workbench, BRONZE_APP, TOPIC};
 
 /// Every stage's peak RSS must stay under this, whatever the backlog (issue 20).
 const RSS_LIMIT_MB: f64 = 512.0;
@@ -59,21 +56,7 @@ struct CaughtUp {
 }
 
 pub async fn run(args: BacklogBench) -> anyhow::Result<ExitCode> {
-    let dir = args.dir.clone();
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir)?;
-    let dir = dir.canonicalize()?;
-    let storage = match args.broker_storage.as_str() {
-        "memory" => BrokerStorage::Memory,
-        "sqlite" => BrokerStorage::Sqlite(dir.join("broker.db")),
-        other => anyhow::bail!("--broker-storage: `{other}` (expected `sqlite` or `memory`)"),
-    };
-    let sim = Simulator::new(SimConfig::default());
-    let _jobs = sim.spawn_jobs(Duration::from_millis(100));
-    create_orders(&mut LocalClient::new(&sim)).map_err(|e| anyhow::anyhow!("setup: {e}"))?;
-    let services = Services::start(storage, "mssql-cdc-bench", &sim).await?;
+    let Workbench { dir, sim, services } = Workbench::start(&args.dir, &args.broker_storage).await?;
     let kafka = KafkaConfig { bootstrap_servers: services.broker_address.to_string(), ..KafkaConfig::default() };
     let source_extra = format!("max_commits_per_batch = {}", args.max_commits_per_batch);
     let silver_extra = if args.silver_deletion_vectors { "deletion_vectors = true" } else { "" };
@@ -95,7 +78,15 @@ pub async fn run(args: BacklogBench) -> anyhow::Result<ExitCode> {
     services.stop().await;
     let caught_up = caught_up?;
     let fed = fed?;
+    // Caught up means equal: silver holds as many rows as the table.
+    let table_rows = match sim.query("SELECT COUNT_BIG(*) FROM dbo.orders").map_err(|e| anyhow::anyhow!("counting dbo.orders: {e}"))?.first().and_then(|set| set.rows.first()).and_then(|row| row.first()) {
+        Some(mssql_cdc_sim::Value::Int(n)) => *n,
+        other => anyhow::bail!("counting dbo.orders returned {other:?}"),
+    };
+    let silver_rows = super::bench_silver::count(&files.silver_table).await?;
+    anyhow::ensure!(silver_rows == table_rows, "silver holds {silver_rows} rows after catching up, dbo.orders {table_rows}");
     print_backlog(&args, &made, change_rows, fed.bytes, &caught_up, &peak);
+    println!("silver holds {silver_rows} rows, as dbo.orders does");
     Ok(if peak.iter().all(|mb| *mb < RSS_LIMIT_MB) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 

@@ -95,22 +95,39 @@ pub(super) const TOPIC: &str = "bench.sales.dbo.orders";
 /// The bronze sink's app id in the benchmarks.
 pub(super) const BRONZE_APP: &str = "bench-bronze";
 
-pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
-    let dir = args.dir.clone();
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+/// What a benchmark over the three stage processes starts from: its working directory
+/// (cleared), a simulator with `dbo.orders` (CDC on, its capture job running) and the
+/// services serving it and the broker.
+pub(super) struct Workbench {
+    pub(super) dir: PathBuf,
+    pub(super) sim: Simulator,
+    pub(super) services: Services,
+}
+
+impl Workbench {
+    /// Clears `dir` and starts everything; `broker_storage` is `memory` or `sqlite` (in `dir`).
+    pub(super) async fn start(dir: &Path, broker_storage: &str) -> anyhow::Result<Self> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(dir)?;
+        let dir = dir.canonicalize()?;
+        let storage = match broker_storage {
+            "memory" => BrokerStorage::Memory,
+            "sqlite" => BrokerStorage::Sqlite(dir.join("broker.db")),
+            other => anyhow::bail!("--broker-storage: `{other}` (expected `sqlite` or `memory`)"),
+        };
+        let sim = Simulator::new(SimConfig::default());
+        // The job thread ends by itself once the simulator is dropped.
+        drop(sim.spawn_jobs(Duration::from_millis(100)));
+        create_orders(&mut LocalClient::new(&sim)).map_err(|e| anyhow::anyhow!("setup: {e}"))?;
+        let services = Services::start(storage, "mssql-cdc-bench", &sim).await?;
+        Ok(Self { dir, sim, services })
     }
-    std::fs::create_dir_all(&dir)?;
-    let dir = dir.canonicalize()?;
-    let storage = match args.broker_storage.as_str() {
-        "memory" => BrokerStorage::Memory,
-        "sqlite" => BrokerStorage::Sqlite(dir.join("broker.db")),
-        other => anyhow::bail!("--broker-storage: `{other}` (expected `sqlite` or `memory`)"),
-    };
-    let sim = Simulator::new(SimConfig::default());
-    let _jobs = sim.spawn_jobs(Duration::from_millis(100));
-    create_orders(&mut LocalClient::new(&sim)).map_err(|e| anyhow::anyhow!("setup: {e}"))?;
-    let services = Services::start(storage, "mssql-cdc-bench", &sim).await?;
+}
+
+pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
+    let Workbench { dir, sim, services } = Workbench::start(&args.dir, &args.broker_storage).await?;
     let (sim_address, broker_address) = (services.sim_address, services.broker_address);
     let kafka = KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() };
     let silver_extra = if args.silver_deletion_vectors { "deletion_vectors = true" } else { "" };

@@ -123,7 +123,8 @@ async fn merge(location: &str, batch: &RecordBatch, ranges: bool) -> anyhow::Res
         .merge(source, on)
         .with_source_alias("source")
         .with_target_alias("target")
-        .with_writer_properties(WriterProperties::builder().build())
+        // Ours writes as silver does; the plain MERGE with delta-rs's writer as it comes.
+        .with_writer_properties(if ranges { mssql_cdc_lake::silver::apply::writer_properties() } else { WriterProperties::builder().build() })
         .when_matched_delete(|d| d.predicate(format!("source._delete AND {newer}")))?
         .when_matched_update(|u| columns.iter().fold(u.predicate(format!("NOT source._delete AND {newer}")), |u, c| u.update(ident(c), format!("source.{}", ident(c)))))?
         .when_not_matched_insert(|i| columns.iter().fold(i.predicate("NOT source._delete"), |i, c| i.set(ident(c), format!("source.{}", ident(c)))))?
@@ -146,7 +147,7 @@ async fn merge_by_marks(location: &str, batch: &RecordBatch) -> anyhow::Result<(
 }
 
 /// Rows in the table at `location`.
-async fn count(location: &str) -> anyhow::Result<i64> {
+pub(super) async fn count(location: &str) -> anyhow::Result<i64> {
     let t = table::open(location, &Storage::new()).await?.ok_or_else(|| anyhow::anyhow!("no bench table at {location}"))?;
     let batches = mssql_cdc_lake::delta::query::query(&[("t", &t)], "SELECT COUNT(*) FROM t").await?;
     Ok(batches.first().and_then(|b| b.column(0).as_any().downcast_ref::<Int64Array>().map(|c| c.value(0))).unwrap_or(0))

@@ -20,6 +20,8 @@ use deltalake::datafusion::prelude::SessionContext;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::kernel::Transaction;
 use deltalake::operations::write::SchemaMode;
+use deltalake::parquet::basic::Compression;
+use deltalake::parquet::file::properties::WriterProperties;
 use deltalake::protocol::SaveMode;
 use deltalake::DeltaTable;
 
@@ -92,6 +94,9 @@ pub struct Applier {
     warned_other_target: std::sync::atomic::AtomicBool,
     /// The connector applying (metrics and logs); `apply` for the one-shot command.
     connector: String,
+    /// The facts version and position of the last step that found nothing: while both stay,
+    /// the next step would find nothing again, and skips the facts query.
+    idle_at: Option<(Option<deltalake::kernel::Version>, i64)>,
 }
 
 impl Applier {
@@ -136,6 +141,7 @@ impl Applier {
             deletion_vectors: options.deletion_vectors,
             warned_other_target: std::sync::atomic::AtomicBool::new(false),
             connector: "apply".to_owned(),
+            idle_at: None,
         })
     }
 
@@ -156,8 +162,16 @@ impl Applier {
         let started = Instant::now();
         let from = self.row.applied_batch;
         self.facts.update_state().await.map_err(|e| SilverError::delta(&self.facts, e))?;
+        let seen = (self.facts.version(), from);
+        let idle = StepReport { last_batch: from, finalized_until: self.row.finalized_until, ..StepReport::default() };
+        if self.idle_at == Some(seen) {
+            return Ok(idle);
+        }
         let run = self.next_batches(from).await?;
-        let Some(last) = run.last().map(|b| b.batch_id) else { return Ok(StepReport { last_batch: from, finalized_until: self.row.finalized_until, ..StepReport::default() }) };
+        let Some(last) = run.last().map(|b| b.batch_id) else {
+            self.idle_at = Some(seen);
+            return Ok(idle);
+        };
         let mut report = StepReport { batches: run.len() as u64, last_batch: last, ..StepReport::default() };
         // Rows of batches silver does not hold yet.
         let data_from = from.max(self.silver_batch);
@@ -281,6 +295,7 @@ impl Applier {
         let (table, metrics) = table
             .delete()
             .with_predicate(predicate)
+            .with_writer_properties(writer_properties())
             .with_commit_properties(properties)
             .await
             .map_err(|e| SilverError::delta_at(&self.silver_location, e))?;
@@ -303,6 +318,7 @@ impl Applier {
             .write(vec![upserts])
             .with_save_mode(SaveMode::Append)
             .with_schema_mode(SchemaMode::Merge)
+            .with_writer_properties(writer_properties())
             .with_commit_properties(properties)
             .await
             .map_err(|e| SilverError::delta_at(&self.silver_location, e))?;
@@ -340,6 +356,7 @@ impl Applier {
             .merge(source, on)
             .with_source_alias("source")
             .with_target_alias("target")
+            .with_writer_properties(writer_properties())
             .with_commit_properties(properties)
             .when_matched_delete(|delete| delete.predicate(format!("source.{} AND {newer}", ident(DELETE))))
             .and_then(|b| b.when_matched_update(|update| columns.iter().fold(update.predicate(format!("NOT source.{} AND {newer}", ident(DELETE))), |u, c| u.update(ident(c), format!("source.{}", ident(c))))))
@@ -379,6 +396,21 @@ fn consecutive_run(facts: Vec<BatchFact>, from: i64, max_rows: i64, ours: impl F
         run.push(fact);
     }
     (run, other)
+}
+
+/// Rows per Parquet row group in the files silver writes.
+pub const ROW_GROUP_ROWS: usize = 65_536;
+
+/// How silver's files are written: Snappy, as delta-rs writes by default, in row groups of
+/// [`ROW_GROUP_ROWS`]. A copy-on-write MERGE reads and rewrites whole files, one row group
+/// at a time: with Parquet's default of a million rows per group, one group held a whole
+/// table of up to a million rows in memory, decoded, and its rewrite buffered as much again.
+pub fn writer_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_created_by(format!("mssql-cdc {}", env!("CARGO_PKG_VERSION")))
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .build()
 }
 
 /// Most key ranges a MERGE's file filter names.
@@ -483,7 +515,7 @@ fn silver_comments() -> std::collections::HashMap<&'static str, &'static str> {
 mod tests {
     use super::*;
 
-    /// The ranges cover every key, split where the keys are furthest apart.
+    /// A facts row of this bronze table.
     fn fact(batch_id: i64, rows: i64) -> BatchFact {
         BatchFact { target: "file:///bronze/".into(), batch_id, rows, ..BatchFact::default() }
     }
@@ -508,6 +540,7 @@ mod tests {
         assert_eq!((ids(&run), seen.as_deref()), (vec![3], Some("file:///elsewhere/")));
     }
 
+    /// The ranges cover every key, split where the keys are furthest apart.
     #[test]
     fn key_ranges_split_at_the_widest_gaps() {
         let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("id", arrow::datatypes::DataType::Int64, false)]));

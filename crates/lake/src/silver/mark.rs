@@ -223,7 +223,7 @@ pub async fn merge(
     let (mut actions, outcome) = mark(matches, entries, folded.num_rows(), &store, location, &mut marked).await?;
     let kept = keep(folded, &outcome, &mut marked)?;
     if kept.num_rows() > 0 {
-        let mut writer = RecordBatchWriter::for_table(&table).map_err(|e| SilverError::delta_at(location, e))?;
+        let mut writer = RecordBatchWriter::for_table(&table).map_err(|e| SilverError::delta_at(location, e))?.with_writer_properties(super::apply::writer_properties());
         let rows = conform(&upserts(&kept)?, &writer.arrow_schema())?;
         writer.write(rows).await.map_err(|e| SilverError::delta_at(location, e))?;
         for add in writer.flush().await.map_err(|e| SilverError::delta_at(location, e))? {
