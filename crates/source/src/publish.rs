@@ -102,6 +102,14 @@ impl ProducerContext for AckContext {
         let Some(acks) = sets.open.get_mut(&set) else { return };
         acks.settled += 1;
         match result {
+            // A delivery without an offset (librdkafka reports -1 when a retry finds the
+            // record already written, e.g. across a broker restart) cannot be named in a
+            // control record: the set fails and the batch is published again.
+            Ok(message) if message.offset() < 0 => {
+                if acks.errors.len() < 10 {
+                    acks.errors.push(format!("{} partition {}: acknowledged without an offset", message.topic(), message.partition()));
+                }
+            }
             Ok(message) => {
                 let (partition, offset) = (message.partition(), message.offset());
                 let range = acks.partitions.entry(partition).or_insert(PartitionRange { partition, first_offset: offset, last_offset: offset, records: 0 });

@@ -34,6 +34,19 @@ pub enum ControlDecodeError {
         /// The record's version.
         version: u32,
     },
+    /// A partition range that no delivered batch can have (a negative offset, an end before
+    /// its start, or more records than offsets).
+    #[error("partition {partition}: offsets {first_offset}..={last_offset} cannot hold {records} records")]
+    ImpossibleRange {
+        /// The range's partition.
+        partition: i32,
+        /// Its first offset.
+        first_offset: i64,
+        /// Its last offset.
+        last_offset: i64,
+        /// The records it claims.
+        records: u64,
+    },
 }
 
 /// One batch, as the source published it.
@@ -111,6 +124,9 @@ impl ControlRecord {
         let record: Self = serde_json::from_slice(bytes).map_err(ControlDecodeError::NotAControlRecord)?;
         if record.version > CONTROL_VERSION_DEBEZIUM {
             return Err(ControlDecodeError::NewerLayout { version: record.version });
+        }
+        if let Some(range) = record.partitions.iter().find(|range| !range.is_possible()) {
+            return Err(ControlDecodeError::ImpossibleRange { partition: range.partition, first_offset: range.first_offset, last_offset: range.last_offset, records: range.records });
         }
         Ok(record)
     }
@@ -342,6 +358,14 @@ pub struct PartitionRange {
     /// Records of the batch there. Equal to `last_offset - first_offset + 1` when the source is
     /// the topic's only writer.
     pub records: u64,
+}
+
+impl PartitionRange {
+    /// Whether a delivered batch can have this range: no records, or offsets from 0 on with
+    /// at least as many offsets as records.
+    pub fn is_possible(&self) -> bool {
+        self.records == 0 || (self.first_offset >= 0 && self.first_offset <= self.last_offset && self.records <= (self.last_offset - self.first_offset + 1) as u64)
+    }
 }
 
 /// Something that happened in a batch, besides its rows.
@@ -666,6 +690,24 @@ mod tests {
         assert!(text.contains(r#""event":"snapshot_chunk","snapshot":"0x000000002A0000000100","chunk":2"#), "{text}");
         assert!(text.contains(r#""after":[10]"#) && !text.contains(r#""through""#), "{text}");
         assert_eq!(serde_json::from_str::<ControlRecord>(&text).unwrap(), record);
+    }
+
+    /// A control record names only offsets a delivery can have: an unknown offset (-1) in a
+    /// range would make every reader seek to an invalid position, retrying forever.
+    #[test]
+    fn a_range_no_delivery_can_have_is_refused_by_name() {
+        let decode = |range: PartitionRange| {
+            let mut record = sample();
+            record.partitions = vec![range];
+            ControlRecord::decode(&serde_json::to_vec(&record).unwrap())
+        };
+        assert!(decode(PartitionRange { partition: 1, first_offset: 10, last_offset: 14, records: 5 }).is_ok());
+        assert!(decode(PartitionRange { partition: 1, first_offset: -1, last_offset: -1, records: 0 }).is_ok());
+        for (first_offset, last_offset, records) in [(-1, 14, 5), (-1, -1, 1), (14, 10, 1), (10, 11, 3)] {
+            let error = decode(PartitionRange { partition: 1, first_offset, last_offset, records }).unwrap_err();
+            assert!(matches!(error, ControlDecodeError::ImpossibleRange { .. }), "{error}");
+            assert!(error.to_string().contains(&format!("partition 1: offsets {first_offset}..={last_offset}")), "{error}");
+        }
     }
 
     #[test]

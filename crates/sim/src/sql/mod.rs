@@ -6,6 +6,7 @@ pub mod ddl;
 pub mod dml;
 pub mod expr;
 pub mod functions;
+pub mod join;
 pub mod procs;
 pub mod query;
 pub mod sources;

@@ -179,28 +179,7 @@ pub fn run(query: &Query, ctx: &Ctx<'_>) -> SqlResult<ResultSet> {
                     Some(JoinConstraint::None) | None => None,
                     Some(other) => return Err(SqlError::unsupported(&format!("the join condition {other:?}"))),
                 };
-                let mut joined = Vec::new();
-                for left in &current {
-                    let mut matched = false;
-                    for right_row in &right_rows {
-                        let mut combined = left.clone();
-                        combined.extend(right_row.iter().cloned());
-                        let keep = match &condition {
-                            Some(condition) => truth(&condition.eval(&combined, &[], ctx)?) == Some(true),
-                            None => true,
-                        };
-                        if keep {
-                            matched = true;
-                            joined.push(combined);
-                        }
-                    }
-                    if outer && !matched {
-                        let mut combined = left.clone();
-                        combined.extend(std::iter::repeat_n(Value::Null, right.columns.len()));
-                        joined.push(combined);
-                    }
-                }
-                current = joined;
+                current = super::join::join(&current, &right_rows, (width, right.columns.len()), condition.as_ref(), outer, ctx)?;
                 width += right.columns.len();
             }
             // Comma-separated FROM items form a cross product.

@@ -231,13 +231,18 @@ async fn sign_in<S: AsyncWrite + Unpin>(sim: &Simulator, stream: &mut S, message
             return Ok(None);
         }
     };
-    let database = sim.engine().with_db(|db| db.config.database.clone());
+    // The database lock is taken off the async threads: a long statement holding it must not
+    // stop every other connection's I/O.
+    let engine = sim.clone();
+    let (user, password) = (login.user.clone(), login.password.clone());
+    let (database, accepted) = tokio::task::spawn_blocking(move || {
+        engine.engine().with_db(|db| (db.config.database.clone(), db.config.logins.iter().any(|(u, p)| *u == user && *p == password)))
+    })
+    .await
+    .map_err(std::io::Error::other)?;
     let refused = match &login.access_token {
         Some(access_token) => token_refusal(security, access_token),
-        None => {
-            let accepted = sim.engine().with_db(|db| db.config.logins.iter().any(|(user, password)| *user == login.user && *password == login.password));
-            (!accepted).then(|| SqlError::login_failed(&login.user))
-        }
+        None => (!accepted).then(|| SqlError::login_failed(&login.user)),
     };
     let known_database = login.database.is_empty() || login.database.eq_ignore_ascii_case(&database) || login.database.eq_ignore_ascii_case("master");
     if refused.is_some() || !known_database {
