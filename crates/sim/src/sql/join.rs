@@ -20,13 +20,10 @@ use crate::value::Value;
 /// reads a left row followed by a right row.
 pub fn join(left: &[Vec<Value>], right: &[Vec<Value>], (left_width, right_width): (usize, usize), condition: Option<&CExpr>, outer: bool, ctx: &Ctx<'_>) -> SqlResult<Vec<Vec<Value>>> {
     let index = condition.and_then(|condition| HashIndex::build(condition, left_width, right));
-    let all: Vec<usize> = if index.is_none() { (0..right.len()).collect() } else { Vec::new() };
+    let every_row: Vec<usize> = (0..right.len()).collect();
     let mut joined = Vec::new();
     for left_row in left {
-        let candidates: &[usize] = match &index {
-            Some(index) => index.candidates(left_row),
-            None => &all,
-        };
+        let candidates = index.as_ref().and_then(|index| index.candidates(left_row)).unwrap_or(&every_row);
         let mut matched = false;
         for &at in candidates {
             let mut combined = Vec::with_capacity(left_row.len() + right[at].len());
@@ -85,8 +82,6 @@ struct HashIndex {
     left_column: usize,
     kind: Option<u8>,
     rows: HashMap<HashKey, Vec<usize>>,
-    /// Every right row, for a left value the hash cannot place.
-    all: Vec<usize>,
 }
 
 impl HashIndex {
@@ -108,22 +103,19 @@ impl HashIndex {
                     rows.entry(key).or_default().push(at);
                 }
             }
-            Some(Self { left_column, kind, rows, all: (0..right.len()).collect() })
+            Some(Self { left_column, kind, rows })
         })
     }
 
-    /// The right rows whose key equals the left row's; a left value of another kind than the
-    /// right column's matches none by hash, so it is compared with every right row instead.
-    fn candidates(&self, left_row: &[Value]) -> &[usize] {
+    /// The right rows whose key equals the left row's; `None` when the hash cannot place the
+    /// left value (a kind other than the right column's, which `=` may convert), so the row is
+    /// compared with every right row instead.
+    fn candidates(&self, left_row: &[Value]) -> Option<&[usize]> {
         match left_row.get(self.left_column).map(HashKey::of) {
-            Some(Ok(Some(key))) if self.kind.is_none_or(|kind| kind == key.kind()) => self.rows.get(&key).map_or(&[], Vec::as_slice),
-            Some(Ok(None)) => &[],
-            _ => self.everything(),
+            Some(Ok(Some(key))) if self.kind.is_none_or(|kind| kind == key.kind()) => Some(self.rows.get(&key).map_or(&[], Vec::as_slice)),
+            Some(Ok(None)) => Some(&[]),
+            _ => None,
         }
-    }
-
-    fn everything(&self) -> &[usize] {
-        &self.all
     }
 }
 
