@@ -92,3 +92,28 @@ fn bench_backlog_catches_up_and_reports_each_stages_peak_memory() {
     }
     assert!(stdout.contains("3000 changes") && stdout.contains("rows, as dbo.orders does"), "{stdout}");
 }
+
+/// Invariant: every `mssql-cdc` process runs with glibc's malloc held to 2 arenas unless the
+/// user set `MALLOC_ARENA_MAX` (bronze's and silver's RSS otherwise grew with every commit,
+/// docs/performance.md), and the restart that sets it keeps the process id and arguments.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn every_process_runs_with_capped_malloc_arenas_unless_the_user_chose() {
+    for (given, expected) in [(None, "2"), (Some("4"), "4")] {
+        let mut command = Command::new(support::bin());
+        command.args(["broker", "--listen", "127.0.0.1:0", "--storage", "memory"]).env("RUST_LOG", "warn");
+        match given {
+            Some(value) => command.env("MALLOC_ARENA_MAX", value),
+            None => command.env_remove("MALLOC_ARENA_MAX"),
+        };
+        let mut broker = support::Process::spawn("mssql-cdc broker", command, support::Log::Capture).unwrap();
+        // The line comes from the process after its restart, so the environment is final.
+        broker.wait_line("listening on ", std::time::Duration::from_secs(60)).unwrap();
+        let environ = std::fs::read(format!("/proc/{}/environ", broker.id())).unwrap();
+        let arenas: Vec<&[u8]> = environ.split(|b| *b == 0).filter_map(|entry| entry.strip_prefix(b"MALLOC_ARENA_MAX=".as_slice())).collect();
+        assert_eq!(arenas, vec![expected.as_bytes()], "MALLOC_ARENA_MAX given as {given:?}");
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", broker.id())).unwrap();
+        assert!(cmdline.split(|b| *b == 0).any(|argument| argument == b"--storage"), "the arguments survive the restart");
+        broker.kill();
+    }
+}

@@ -25,6 +25,10 @@ use super::bench_report::{stage, Files, Until, Workbench, BRONZE_APP, TOPIC};
 /// Every stage's peak RSS must stay under this, whatever the backlog (issue 20).
 const RSS_LIMIT_MB: f64 = 512.0;
 
+/// How often the stages' current RSS is printed while they catch up (a stage whose memory
+/// grows with the backlog shows as a rising line, long before its peak passes the limit).
+const RSS_TRACE_EVERY: Duration = Duration::from_secs(15);
+
 #[derive(Debug, clap::Args)]
 pub struct BacklogBench {
     /// Changes in the backlog (about 1.4 change rows each: an update is two).
@@ -98,12 +102,18 @@ async fn catch_up(files: &Files, kafka: &KafkaConfig, stages: &mut [StageProcess
     let silver_url = table::table_url(&files.silver_table)?.to_string();
     let mut at = CaughtUp::default();
     let mut last_batch = None;
+    let mut traced = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         for process in stages.iter_mut() {
             process.alive()?;
         }
         let now = started.elapsed().as_secs_f64();
+        if traced.elapsed() >= RSS_TRACE_EVERY {
+            traced = Instant::now();
+            let rss: Vec<String> = stages.iter().map(|p| format!("{:.0}", p.rss_mb("VmRSS"))).collect();
+            eprintln!("bench: after {now:.0} s, RSS source / bronze / silver: {} MB", rss.join(" / "));
+        }
         if at.source.is_none() && Until::Published(change_rows).reached(kafka).await? {
             at.source = Some(now);
             last_batch = Some(totals(kafka, TOPIC)?.batches as i64 - 1);

@@ -20,7 +20,7 @@ pub mod s3;
 pub mod source;
 
 pub use mssql_cdc_testkit::broker::{BrokerProcess as TestBroker, BrokerSpec};
-pub use mssql_cdc_testkit::process::{tail, Log};
+pub use mssql_cdc_testkit::process::{tail, Log, Process};
 pub use mssql_cdc_testkit::sim::SimProcess as SimServer;
 pub use mssql_cdc_testkit::stage::StageProcess;
 
