@@ -26,7 +26,7 @@ const MALLOC_ARENAS: &str = "2";
 /// By default glibc gives allocating threads up to 8 arenas per core, and memory freed in one
 /// arena is kept there for that arena's next allocations. The Delta and Parquet work of a sink
 /// moves between Tokio's worker and blocking threads, so freed memory piled up across arenas:
-/// bronze's RSS grew by about 0.45 MB per commit where its live state grew by about 0.1 MB
+/// bronze's RSS grew by about 0.40 MB per commit where its live state grew by about 0.1 MB
 /// (docs/performance.md, "Memory over a long backlog"). glibc reads the setting only when
 /// the process starts, hence the `exec` (same process id, same arguments), done before any
 /// thread exists. A user's own `MALLOC_ARENA_MAX` is kept as it is; other C libraries ignore
