@@ -32,6 +32,18 @@ struct Acks {
     claimed: bool,
 }
 
+impl Acks {
+    /// How many failed deliveries a set's error names; the rest are counted in `settled` only.
+    const ERRORS_KEPT: usize = 10;
+
+    /// Records a failed delivery of `topic`/`partition`, keeping the first few messages.
+    fn fail(&mut self, topic: &str, partition: i32, reason: impl std::fmt::Display) {
+        if self.errors.len() < Self::ERRORS_KEPT {
+            self.errors.push(format!("{topic} partition {partition}: {reason}"));
+        }
+    }
+}
+
 /// The open sets by number. Each record carries its set's number as its delivery opaque, so a
 /// late report of an abandoned set (no longer open) never counts towards another.
 #[derive(Debug, Default)]
@@ -105,11 +117,7 @@ impl ProducerContext for AckContext {
             // A delivery without an offset (librdkafka reports -1 when a retry finds the
             // record already written, e.g. across a broker restart) cannot be named in a
             // control record: the set fails and the batch is published again.
-            Ok(message) if message.offset() < 0 => {
-                if acks.errors.len() < 10 {
-                    acks.errors.push(format!("{} partition {}: acknowledged without an offset", message.topic(), message.partition()));
-                }
-            }
+            Ok(message) if message.offset() < 0 => acks.fail(message.topic(), message.partition(), "acknowledged without an offset"),
             Ok(message) => {
                 let (partition, offset) = (message.partition(), message.offset());
                 let range = acks.partitions.entry(partition).or_insert(PartitionRange { partition, first_offset: offset, last_offset: offset, records: 0 });
@@ -117,11 +125,7 @@ impl ProducerContext for AckContext {
                 range.last_offset = range.last_offset.max(offset);
                 range.records += 1;
             }
-            Err((error, message)) => {
-                if acks.errors.len() < 10 {
-                    acks.errors.push(format!("{} partition {}: {error}", message.topic(), message.partition()));
-                }
-            }
+            Err((error, message)) => acks.fail(message.topic(), message.partition(), error),
         }
         if acks.settled >= acks.queued {
             self.state.settled.notify_all();
