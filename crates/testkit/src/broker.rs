@@ -15,8 +15,10 @@ use crate::process::{Log, Process};
 /// How to start a broker process.
 #[derive(Default, Clone)]
 pub struct BrokerSpec {
-    /// SQLite file; a fresh temporary one when `None`.
+    /// SQLite file; a fresh temporary one when `None` (unless `memory`).
     pub sqlite: Option<PathBuf>,
+    /// The broker's in-memory storage (what `bench` uses) instead of SQLite.
+    pub memory: bool,
     /// Listen address; `127.0.0.1:0` when `None`.
     pub listen: Option<SocketAddr>,
     /// TLS certificate and key files.
@@ -53,7 +55,7 @@ impl BrokerProcess {
     /// Starts `mssql-cdc broker` and waits until it listens.
     pub fn spawn(mut spec: BrokerSpec) -> Result<Self> {
         let mut dir = None;
-        if spec.sqlite.is_none() {
+        if spec.sqlite.is_none() && !spec.memory {
             let temporary = std::env::temp_dir().join(format!("mssql-cdc-broker-{}", uuid::Uuid::new_v4()));
             std::fs::create_dir_all(&temporary).map_err(crate::error::io("creating the broker's directory"))?;
             spec.sqlite = Some(temporary.join("broker.db"));
@@ -69,9 +71,10 @@ impl BrokerProcess {
         let listen = self.address.or(spec.listen).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
         let mut command = Command::new(crate::bin::mssql_cdc());
         command.args(["broker", "--listen", &listen.to_string(), "--storage"]).env("RUST_LOG", "warn");
-        if let Some(sqlite) = &spec.sqlite {
-            command.arg(format!("sqlite:{}", sqlite.display()));
-        }
+        match &spec.sqlite {
+            Some(sqlite) if !spec.memory => command.arg(format!("sqlite:{}", sqlite.display())),
+            _ => command.arg("memory"),
+        };
         if let Some((cert, key)) = &spec.tls {
             command.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
         }

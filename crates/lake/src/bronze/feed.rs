@@ -25,6 +25,9 @@ use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
 
 /// How long a named record may take to arrive before the batch is declared incomplete.
 const RANGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a read may see none of its named records before it fetches the partitions that
+/// still miss some again, from earlier offsets (see [`Rewind`]).
+const REWIND_AFTER: Duration = Duration::from_secs(1);
 /// How often a sink started before its topics exist looks for them again.
 const TOPIC_POLL: Duration = Duration::from_millis(500);
 
@@ -209,6 +212,59 @@ impl Feed {
     }
 }
 
+/// When and from where a read fetches its partitions again. Kafka answers a fetch at an
+/// offset inside a stored record batch with that whole batch (the client drops the records
+/// before the offset); tansu's memory storage answers it with the batches that start at or
+/// after the offset, so the rest of the batch holding it never arrives. A read that stalls
+/// therefore assigns each partition still missing records again, starting `step` offsets
+/// before its first missing one, the step growing fourfold each time (64, 256, ... records
+/// back: past any batch librdkafka builds within a few rewinds), down to offset 0. Records
+/// before the ranges are skipped as any record outside them is.
+struct Rewind {
+    /// Per partition: the offset last assigned, and the next step back.
+    partitions: BTreeMap<i32, (i64, i64)>,
+    /// When the last rewind was made.
+    last: Option<Instant>,
+    logged: bool,
+}
+
+impl Rewind {
+    const FIRST_STEP: i64 = 64;
+
+    fn new(wanted: &BTreeMap<i32, Vec<(i64, i64)>>) -> Self {
+        let partitions = wanted.iter().map(|(partition, spans)| (*partition, (spans.iter().map(|(first, _)| *first).min().unwrap_or(0), Self::FIRST_STEP))).collect();
+        Self { partitions, last: None, logged: false }
+    }
+
+    /// Whether a rewind is due: no named record for [`REWIND_AFTER`] since the last progress
+    /// and since the last rewind.
+    fn due(&self, last_progress: Instant) -> bool {
+        last_progress.elapsed() > REWIND_AFTER && self.last.is_none_or(|at| at.elapsed() > REWIND_AFTER)
+    }
+
+    /// The offset `partition` was last assigned at.
+    fn assigned(&self, partition: i32) -> Option<i64> {
+        self.partitions.get(&partition).map(|(assigned, _)| *assigned)
+    }
+
+    /// The offsets to assign again, for the partitions in `missing` (partition → its first
+    /// missing offset) that can still go back; records the rewind.
+    fn next(&mut self, missing: &BTreeMap<i32, i64>) -> BTreeMap<i32, i64> {
+        self.last = Some(Instant::now());
+        let mut starts = BTreeMap::new();
+        for (partition, first_missing) in missing {
+            let Some((assigned, step)) = self.partitions.get_mut(partition) else { continue };
+            let start = (*first_missing).min(*assigned).saturating_sub(*step).max(0);
+            if start < *assigned {
+                *assigned = start;
+                *step = step.saturating_mul(4);
+                starts.insert(*partition, start);
+            }
+        }
+        starts
+    }
+}
+
 /// The offsets of one range that arrived: one bit per offset.
 struct Seen {
     partition: i32,
@@ -219,6 +275,14 @@ struct Seen {
 }
 
 impl Seen {
+    /// The lowest offset of the range that has not arrived, if any.
+    fn first_missing(&self) -> Option<i64> {
+        let span = self.last.saturating_sub(self.first).saturating_add(1);
+        let (word, slot) = self.bits.iter().enumerate().find(|(_, slot)| **slot != u64::MAX)?;
+        let at = i64::try_from(word * 64).ok()?.saturating_add(i64::from(slot.trailing_ones()));
+        (at < span).then(|| self.first + at)
+    }
+
     fn new(range: &PartitionRange) -> Self {
         let span = usize::try_from(range.last_offset.saturating_sub(range.first_offset).saturating_add(1)).unwrap_or(0);
         Self { partition: range.partition, first: range.first_offset, last: range.last_offset, bits: vec![0; span.div_ceil(64)], count: 0 }
@@ -339,7 +403,11 @@ impl Clients {
             *pending.entry(range.partition).or_default() += range.records;
         }
         let mut last_progress = Instant::now();
+        let mut rewind = Rewind::new(&wanted);
         while pending.values().any(|left| *left > 0) {
+            if rewind.due(last_progress) {
+                self.rewind(&mut rewind, &seen, &pending)?;
+            }
             match self.data.poll(Duration::from_millis(200)) {
                 None | Some(Err(KafkaError::PartitionEOF(_))) => {}
                 Some(Err(error)) => return Err(kafka(error)),
@@ -367,6 +435,33 @@ impl Clients {
             }
         }
         Ok(())
+    }
+
+    /// Fetches again, from earlier offsets, the partitions whose named records have not all
+    /// arrived, and logs it once per read.
+    fn rewind(&self, rewind: &mut Rewind, seen: &[Seen], pending: &BTreeMap<i32, u64>) -> Result<(), BronzeError> {
+        let missing: BTreeMap<i32, i64> = pending
+            .iter()
+            .filter(|(_, left)| **left > 0)
+            .filter_map(|(partition, _)| seen.iter().filter(|range| range.partition == *partition).filter_map(Seen::first_missing).min().map(|offset| (*partition, offset)))
+            .collect();
+        let starts = rewind.next(&missing);
+        if starts.is_empty() {
+            return Ok(());
+        }
+        // `assign` replaces the whole assignment: a partition that cannot go further back is
+        // read again from where it was last assigned.
+        let mut list = TopicPartitionList::new();
+        for partition in missing.keys() {
+            let Some(start) = starts.get(partition).copied().or_else(|| rewind.assigned(*partition)) else { continue };
+            list.add_partition_offset(&self.data_topic, *partition, Offset::Offset(start)).map_err(kafka)?;
+        }
+        if !rewind.logged {
+            rewind.logged = true;
+            let detail: Vec<String> = starts.iter().map(|(partition, start)| format!("{partition}: first missing {} from {start}", missing.get(partition).copied().unwrap_or(*start))).collect();
+            tracing::warn!(topic = %self.data_topic, partitions = %detail.join(", "), "named records did not arrive: reading those partitions again from earlier offsets (a broker that answers a fetch inside a stored batch with the next batch skips the rest of that batch)");
+        }
+        self.data.assign(&list).map_err(kafka)
     }
 
     /// Sends an undecodable record to the dead-letter topic with Kafka Connect's error headers.
@@ -402,5 +497,46 @@ impl Clients {
     /// Records behind the end of the control topic, from `offset`.
     fn behind(&self, next_offset: i64) -> Option<i64> {
         self.control.fetch_watermarks(&self.control_topic, 0, Duration::from_secs(5)).ok().map(|(_, high)| (high - next_offset).max(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(first: i64, last: i64) -> PartitionRange {
+        PartitionRange { partition: 0, first_offset: first, last_offset: last, records: u64::try_from(last - first + 1).unwrap_or(0) }
+    }
+
+    /// Invariant: a read knows the lowest offset of its range still missing, across words of
+    /// the bit set, and none once all arrived.
+    #[test]
+    fn the_first_missing_offset_is_the_lowest_not_yet_seen() {
+        let mut seen = Seen::new(&range(100, 229));
+        assert_eq!(seen.first_missing(), Some(100));
+        for offset in 100..=170 {
+            assert!(seen.first_time(0, offset));
+        }
+        assert_eq!(seen.first_missing(), Some(171));
+        for offset in 172..=229 {
+            seen.first_time(0, offset);
+        }
+        assert_eq!(seen.first_missing(), Some(171));
+        seen.first_time(0, 171);
+        assert_eq!(seen.first_missing(), None, "all 130 offsets arrived");
+    }
+
+    /// Invariant: each rewind starts further back than the last (64, then 256, then 1,024
+    /// records before the first missing offset), never below 0, and stops once at 0.
+    #[test]
+    fn rewinds_step_back_fourfold_down_to_offset_zero() {
+        let wanted = BTreeMap::from([(0, vec![(5_000, 6_000)]), (1, vec![(100, 200)])]);
+        let mut rewind = Rewind::new(&wanted);
+        let missing = BTreeMap::from([(0, 5_010), (1, 150)]);
+        assert_eq!(rewind.next(&missing), BTreeMap::from([(0, 4_936), (1, 36)]));
+        assert_eq!(rewind.next(&missing), BTreeMap::from([(0, 4_680), (1, 0)]));
+        assert_eq!(rewind.next(&missing), BTreeMap::from([(0, 3_656)]), "partition 1 is at 0 already");
+        assert_eq!(rewind.assigned(1), Some(0));
+        assert_eq!(rewind.next(&BTreeMap::from([(7, 10)])), BTreeMap::new(), "a partition the read never assigned");
     }
 }
