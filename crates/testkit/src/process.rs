@@ -45,7 +45,7 @@ impl Process {
                 (None, Some(path.clone()))
             }
         };
-        let mut child = command.spawn().map_err(io(format!("starting {name}")))?;
+        let mut child = command.spawn().map_err(io(format!("starting {name} ({})", command.get_program().to_string_lossy())))?;
         if let (Some(sink), Some(pipe)) = (captured.clone(), child.stderr.take()) {
             std::thread::spawn(move || copy_lines(pipe, &sink));
         }
