@@ -93,13 +93,8 @@ fn check(tables: &Tables, app_id: &str) -> Check {
 async fn a_range_starting_inside_a_stored_batch_is_read_whole() {
     let broker = TestBroker::spawn(BrokerSpec { memory: true, ..BrokerSpec::default() }).unwrap();
     let topic = unique("mid-batch");
-    mssql_cdc_core::kafka::admin::ensure_topics(&broker.kafka(), &[(topic.as_str(), 1)]).await.unwrap();
-    // One produce request: librdkafka gathers the 40 records into one batch while it lingers.
-    let producer: BaseProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).set("linger.ms", "500").create().unwrap();
-    for i in 0..40 {
-        producer.send(BaseRecord::<(), _>::to(&topic).partition(0).payload(&format!("record {i}"))).unwrap();
-    }
-    producer.flush(Duration::from_secs(10)).unwrap();
+    support::create_topic(&broker.kafka(), &topic, 1).await;
+    support::produce_one_batch(&broker.bootstrap, &topic, 40);
     let feed = Feed::new(&broker.kafka(), &Properties::default(), &unique("reader"), &topic, &format!("{topic}.control"), None).unwrap();
     let started = Instant::now();
     let records = feed.read_ranges(&[PartitionRange { partition: 0, first_offset: 25, last_offset: 39, records: 15 }]).await.unwrap();

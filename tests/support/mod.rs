@@ -55,6 +55,17 @@ pub fn spawn_stage(worker: &Path, connector: &Path, env: &[(&str, &str)]) -> Sta
     StageProcess::spawn(&name, worker, connector, &all, Log::Capture).unwrap_or_else(|error| panic!("starting {name}: {error}"))
 }
 
+/// Produces `count` records `record 0`, `record 1`, ... to partition 0 of `topic` in one
+/// produce request: librdkafka gathers them into one record batch while it lingers.
+pub fn produce_one_batch(bootstrap: &str, topic: &str, count: usize) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).set("linger.ms", "500").create().unwrap();
+    for i in 0..count {
+        producer.send(BaseRecord::<(), _>::to(topic).partition(0).payload(&format!("record {i}"))).unwrap();
+    }
+    producer.flush(std::time::Duration::from_secs(10)).unwrap();
+}
+
 /// Creates a topic with `partitions` partitions.
 pub async fn create_topic(kafka: &KafkaConfig, topic: &str, partitions: i32) {
     mssql_cdc_testkit::kafka::create_topic(kafka, topic, partitions).await.unwrap_or_else(|error| panic!("creating {topic}: {error}"));

@@ -10,7 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::ClientContext;
 
 use super::error::SourceError;
 use mssql_cdc_core::kafka::admin;
@@ -408,26 +408,11 @@ impl Producing {
         if high <= low || wanted < low || wanted >= high {
             return Ok(None);
         }
-        let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(topic, 0, Offset::Offset(wanted)).map_err(kafka)?;
-        consumer.assign(&assignment).map_err(kafka)?;
-        let deadline = std::time::Instant::now() + timeout;
-        while std::time::Instant::now() < deadline {
-            match consumer.poll(Duration::from_millis(500)) {
-                Some(Ok(message)) if message.offset() == wanted => {
-                    let record = ControlRecord::decode(message.payload().unwrap_or_default()).map_err(|e| SourceError::BadControlRecord {
-                        topic: topic.to_owned(),
-                        offset: message.offset(),
-                        message: e.to_string(),
-                    })?;
-                    return Ok(Some((wanted, record)));
-                }
-                Some(Ok(_)) | None => {}
-                Some(Err(KafkaError::PartitionEOF(_))) => {}
-                Some(Err(error)) => return Err(kafka(error)),
-            }
-        }
-        Err(SourceError::Kafka(format!("could not read the record of `{topic}` at offset {wanted} within 30 s")))
+        let Some(payload) = mssql_cdc_core::kafka::seek::record_at(&consumer, topic, 0, wanted, timeout).map_err(kafka)? else {
+            return Err(SourceError::Kafka(format!("could not read the record of `{topic}` at offset {wanted} within 30 s")));
+        };
+        let record = ControlRecord::decode(&payload).map_err(|e| SourceError::BadControlRecord { topic: topic.to_owned(), offset: wanted, message: e.to_string() })?;
+        Ok(Some((wanted, record)))
     }
 }
 

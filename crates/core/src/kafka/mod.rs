@@ -6,6 +6,7 @@ pub mod admin;
 pub mod blocking;
 pub mod client;
 pub mod config;
+pub mod seek;
 
 pub use client::ClientError;
 pub use config::{KafkaConfig, SaslConfig, SaslMechanism, SecurityProtocol, TlsConfig};

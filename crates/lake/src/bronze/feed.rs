@@ -21,13 +21,11 @@ use mssql_cdc_core::kafka::admin::topic_ready;
 use mssql_cdc_core::kafka::blocking::off_runtime;
 use mssql_cdc_core::stage::supervisor::wait_or_cancel;
 use mssql_cdc_core::kafka::KafkaConfig;
+use mssql_cdc_core::kafka::seek::{self, StepBack};
 use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
 
 /// How long a named record may take to arrive before the batch is declared incomplete.
 const RANGE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a read may see none of its named records before it fetches the partitions that
-/// still miss some again, from earlier offsets (see [`Rewind`]).
-const REWIND_AFTER: Duration = Duration::from_secs(1);
 /// How often a sink started before its topics exist looks for them again.
 const TOPIC_POLL: Duration = Duration::from_millis(500);
 
@@ -212,56 +210,67 @@ impl Feed {
     }
 }
 
-/// When and from where a read fetches its partitions again. Kafka answers a fetch at an
-/// offset inside a stored record batch with that whole batch (the client drops the records
-/// before the offset); tansu's memory storage answers it with the batches that start at or
-/// after the offset, so the rest of the batch holding it never arrives. A read that stalls
-/// therefore assigns each partition still missing records again, starting `step` offsets
-/// before its first missing one, the step growing fourfold each time (64, 256, ... records
-/// back: past any batch librdkafka builds within a few rewinds), down to offset 0. Records
-/// before the ranges are skipped as any record outside them is.
+/// The lowest named offset of `partition` that has not arrived, if any.
+fn first_missing(seen: &mut [Seen], partition: i32) -> Option<i64> {
+    seen.iter_mut().filter(|range| range.partition == partition).filter_map(Seen::first_missing).min()
+}
+
+/// Where a read fetches its partitions again from (see [`seek`] for the brokers that need
+/// it). A partition is fetched again, from further back each time ([`StepBack`]), when a
+/// record arrives past a named record that has not (the fetch skipped it), or when it has
+/// delivered nothing for [`Rewind::SILENT`] since it was last assigned. Records before the
+/// ranges are skipped as any record outside them is.
 struct Rewind {
-    /// Per partition: the offset last assigned, and the next step back.
-    partitions: BTreeMap<i32, (i64, i64)>,
-    /// When the last rewind was made.
-    last: Option<Instant>,
+    partitions: BTreeMap<i32, Cursor>,
     logged: bool,
 }
 
+/// One partition of a read: where it was last assigned, when, whether anything arrived since,
+/// and how far back the next step goes.
+struct Cursor {
+    assigned: i64,
+    at: Instant,
+    delivered: bool,
+    back: StepBack,
+}
+
 impl Rewind {
-    const FIRST_STEP: i64 = 64;
+    /// How long a partition may deliver nothing after an assignment before it is fetched
+    /// again from further back. Longer than [`seek::STALL`]: a slow broker's first fetch must
+    /// not look like a skip.
+    const SILENT: Duration = Duration::from_secs(3);
 
     fn new(wanted: &BTreeMap<i32, Vec<(i64, i64)>>) -> Self {
-        let partitions = wanted.iter().map(|(partition, spans)| (*partition, (spans.iter().map(|(first, _)| *first).min().unwrap_or(0), Self::FIRST_STEP))).collect();
-        Self { partitions, last: None, logged: false }
+        let now = Instant::now();
+        let partitions = wanted
+            .iter()
+            .map(|(partition, spans)| (*partition, Cursor { assigned: spans.iter().map(|(first, _)| *first).min().unwrap_or(0), at: now, delivered: false, back: StepBack::default() }))
+            .collect();
+        Self { partitions, logged: false }
     }
 
-    /// Whether a rewind is due: no named record for [`REWIND_AFTER`] since the last progress
-    /// and since the last rewind.
-    fn due(&self, last_progress: Instant) -> bool {
-        last_progress.elapsed() > REWIND_AFTER && self.last.is_none_or(|at| at.elapsed() > REWIND_AFTER)
-    }
-
-    /// The offset `partition` was last assigned at.
-    fn assigned(&self, partition: i32) -> Option<i64> {
-        self.partitions.get(&partition).map(|(assigned, _)| *assigned)
-    }
-
-    /// The offsets to assign again, for the partitions in `missing` (partition → its first
-    /// missing offset) that can still go back; records the rewind.
-    fn next(&mut self, missing: &BTreeMap<i32, i64>) -> BTreeMap<i32, i64> {
-        self.last = Some(Instant::now());
-        let mut starts = BTreeMap::new();
-        for (partition, first_missing) in missing {
-            let Some((assigned, step)) = self.partitions.get_mut(partition) else { continue };
-            let start = (*first_missing).min(*assigned).saturating_sub(*step).max(0);
-            if start < *assigned {
-                *assigned = start;
-                *step = step.saturating_mul(4);
-                starts.insert(*partition, start);
-            }
+    /// Notes that `partition` delivered a record.
+    fn delivered(&mut self, partition: i32) {
+        if let Some(cursor) = self.partitions.get_mut(&partition) {
+            cursor.delivered = true;
         }
-        starts
+    }
+
+    /// The partitions that delivered nothing for [`Self::SILENT`] since they were assigned.
+    fn silent(&self) -> Vec<i32> {
+        self.partitions.iter().filter(|(_, cursor)| !cursor.delivered && cursor.at.elapsed() > Self::SILENT).map(|(partition, _)| *partition).collect()
+    }
+
+    /// The offset to fetch `partition` from next, its first missing offset being `missing`;
+    /// `None` when it cannot go further back (or was never part of the read). Either way the
+    /// partition's silence is counted afresh.
+    fn step(&mut self, partition: i32, missing: i64) -> Option<i64> {
+        let cursor = self.partitions.get_mut(&partition)?;
+        cursor.at = Instant::now();
+        cursor.delivered = false;
+        let start = cursor.back.next(cursor.assigned, missing)?;
+        cursor.assigned = start;
+        Some(start)
     }
 }
 
@@ -272,20 +281,26 @@ struct Seen {
     last: i64,
     bits: Vec<u64>,
     count: u64,
+    /// How many leading words of `bits` are full.
+    full_words: usize,
 }
 
 impl Seen {
-    /// The lowest offset of the range that has not arrived, if any.
-    fn first_missing(&self) -> Option<i64> {
+    /// The lowest offset of the range that has not arrived, if any. The words before the
+    /// first one with a gap are not looked at again.
+    fn first_missing(&mut self) -> Option<i64> {
         let span = self.last.saturating_sub(self.first).saturating_add(1);
-        let (word, slot) = self.bits.iter().enumerate().find(|(_, slot)| **slot != u64::MAX)?;
-        let at = i64::try_from(word * 64).ok()?.saturating_add(i64::from(slot.trailing_ones()));
+        while self.bits.get(self.full_words).is_some_and(|slot| *slot == u64::MAX) {
+            self.full_words += 1;
+        }
+        let slot = self.bits.get(self.full_words)?;
+        let at = i64::try_from(self.full_words * 64).ok()?.saturating_add(i64::from(slot.trailing_ones()));
         (at < span).then(|| self.first + at)
     }
 
     fn new(range: &PartitionRange) -> Self {
         let span = usize::try_from(range.last_offset.saturating_sub(range.first_offset).saturating_add(1)).unwrap_or(0);
-        Self { partition: range.partition, first: range.first_offset, last: range.last_offset, bits: vec![0; span.div_ceil(64)], count: 0 }
+        Self { partition: range.partition, first: range.first_offset, last: range.last_offset, bits: vec![0; span.div_ceil(64)], count: 0, full_words: 0 }
     }
 
     /// Whether `(partition, offset)` lies in this range and arrives for the first time.
@@ -318,15 +333,11 @@ impl Clients {
         if high <= low {
             return Ok(None);
         }
-        self.assign_control(high - 1)?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Some((offset, record)) = self.next_control(Duration::from_millis(500))?
-                && offset == high - 1 {
-                    return Ok(Some(record.batch_id));
-                }
-        }
-        Err(BronzeError::Kafka(format!("could not read the last record of `{}`", self.control_topic)))
+        let Some(payload) = seek::record_at(&self.control, &self.control_topic, 0, high - 1, Duration::from_secs(30)).map_err(kafka)? else {
+            return Err(BronzeError::Kafka(format!("could not read the last record of `{}` (offset {}) within 30 s", self.control_topic, high - 1)));
+        };
+        let record = ControlRecord::decode(&payload).map_err(|e| BronzeError::BadControl { topic: self.control_topic.clone(), offset: high - 1, reason: e.to_string() })?;
+        Ok(Some(record.batch_id))
     }
 
     /// The offset committed for the control topic, if any (where to look first).
@@ -405,20 +416,28 @@ impl Clients {
         let mut last_progress = Instant::now();
         let mut rewind = Rewind::new(&wanted);
         while pending.values().any(|left| *left > 0) {
-            if rewind.due(last_progress) {
-                self.rewind(&mut rewind, &seen, &pending)?;
+            for partition in rewind.silent() {
+                if pending.get(&partition).is_some_and(|left| *left > 0) {
+                    self.rewind(&mut rewind, &mut seen, partition, None)?;
+                }
             }
             match self.data.poll(Duration::from_millis(200)) {
                 None | Some(Err(KafkaError::PartitionEOF(_))) => {}
                 Some(Err(error)) => return Err(kafka(error)),
                 Some(Ok(message)) => {
                     let (partition, offset) = (message.partition(), message.offset());
+                    rewind.delivered(partition);
                     if seen.iter_mut().any(|range| range.first_time(partition, offset)) {
                         visit(DataRecord { partition, offset, value: message.payload().unwrap_or_default().to_vec() })?;
                         if let Some(left) = pending.get_mut(&partition) {
                             *left = left.saturating_sub(1);
                         }
                         last_progress = Instant::now();
+                    }
+                    // A partition's records arrive in offset order: one past a named record
+                    // that has not arrived means the fetch skipped it.
+                    if first_missing(&mut seen, partition).is_some_and(|missing| missing < offset) {
+                        self.rewind(&mut rewind, &mut seen, partition, Some(offset))?;
                     }
                 }
             }
@@ -437,31 +456,21 @@ impl Clients {
         Ok(())
     }
 
-    /// Fetches again, from earlier offsets, the partitions whose named records have not all
-    /// arrived, and logs it once per read.
-    fn rewind(&self, rewind: &mut Rewind, seen: &[Seen], pending: &BTreeMap<i32, u64>) -> Result<(), BronzeError> {
-        let missing: BTreeMap<i32, i64> = pending
-            .iter()
-            .filter(|(_, left)| **left > 0)
-            .filter_map(|(partition, _)| seen.iter().filter(|range| range.partition == *partition).filter_map(Seen::first_missing).min().map(|offset| (*partition, offset)))
-            .collect();
-        let starts = rewind.next(&missing);
-        if starts.is_empty() {
-            return Ok(());
+    /// Fetches `partition` again from an earlier offset (a seek: the records it had fetched
+    /// and not delivered are dropped), when it can still go back. `past` is the offset of the
+    /// record that showed a skip; `None` when the partition has delivered nothing since its
+    /// last (re)assignment (logged at debug level: a slow broker looks the same).
+    fn rewind(&self, rewind: &mut Rewind, seen: &mut [Seen], partition: i32, past: Option<i64>) -> Result<(), BronzeError> {
+        let Some(missing) = first_missing(seen, partition) else { return Ok(()) };
+        let Some(start) = rewind.step(partition, missing) else { return Ok(()) };
+        match past {
+            Some(past) if !rewind.logged => {
+                rewind.logged = true;
+                tracing::warn!(topic = %self.data_topic, partition, missing, past, from = start, "a fetch skipped named records: reading the partition again from an earlier offset (a broker that answers a fetch inside a stored batch with the next batch skips the rest of that batch)");
+            }
+            _ => tracing::debug!(topic = %self.data_topic, partition, missing, from = start, "no named record arrived: reading the partition again from an earlier offset"),
         }
-        // `assign` replaces the whole assignment: a partition that cannot go further back is
-        // read again from where it was last assigned.
-        let mut list = TopicPartitionList::new();
-        for partition in missing.keys() {
-            let Some(start) = starts.get(partition).copied().or_else(|| rewind.assigned(*partition)) else { continue };
-            list.add_partition_offset(&self.data_topic, *partition, Offset::Offset(start)).map_err(kafka)?;
-        }
-        if !rewind.logged {
-            rewind.logged = true;
-            let detail: Vec<String> = starts.iter().map(|(partition, start)| format!("{partition}: first missing {} from {start}", missing.get(partition).copied().unwrap_or(*start))).collect();
-            tracing::warn!(topic = %self.data_topic, partitions = %detail.join(", "), "named records did not arrive: reading those partitions again from earlier offsets (a broker that answers a fetch inside a stored batch with the next batch skips the rest of that batch)");
-        }
-        self.data.assign(&list).map_err(kafka)
+        self.data.seek(&self.data_topic, partition, Offset::Offset(start), Duration::from_secs(10)).map_err(kafka)
     }
 
     /// Sends an undecodable record to the dead-letter topic with Kafka Connect's error headers.
@@ -526,17 +535,23 @@ mod tests {
         assert_eq!(seen.first_missing(), None, "all 130 offsets arrived");
     }
 
-    /// Invariant: each rewind starts further back than the last (64, then 256, then 1,024
-    /// records before the first missing offset), never below 0, and stops once at 0.
+    /// Invariant: a rewind steps back each partition on its own (64, then 256, then 1,024
+    /// records before its first missing offset), stops at offset 0, never touches a partition
+    /// the read did not assign, and counts a partition's silence afresh after each step.
     #[test]
-    fn rewinds_step_back_fourfold_down_to_offset_zero() {
+    fn rewinds_step_back_each_partition_down_to_offset_zero() {
         let wanted = BTreeMap::from([(0, vec![(5_000, 6_000)]), (1, vec![(100, 200)])]);
         let mut rewind = Rewind::new(&wanted);
-        let missing = BTreeMap::from([(0, 5_010), (1, 150)]);
-        assert_eq!(rewind.next(&missing), BTreeMap::from([(0, 4_936), (1, 36)]));
-        assert_eq!(rewind.next(&missing), BTreeMap::from([(0, 4_680), (1, 0)]));
-        assert_eq!(rewind.next(&missing), BTreeMap::from([(0, 3_656)]), "partition 1 is at 0 already");
-        assert_eq!(rewind.assigned(1), Some(0));
-        assert_eq!(rewind.next(&BTreeMap::from([(7, 10)])), BTreeMap::new(), "a partition the read never assigned");
+        assert_eq!(rewind.step(0, 5_010), Some(4_936));
+        assert_eq!(rewind.step(0, 5_010), Some(4_680));
+        assert_eq!(rewind.step(1, 150), Some(36));
+        assert_eq!(rewind.step(1, 150), Some(0));
+        assert_eq!(rewind.step(1, 150), None, "partition 1 is at 0 already");
+        assert_eq!(rewind.step(0, 5_010), Some(3_656), "partition 0 steps on its own");
+        assert_eq!(rewind.step(7, 10), None, "a partition the read never assigned");
+        assert!(rewind.silent().is_empty(), "just stepped: not silent yet");
+        rewind.partitions.values_mut().for_each(|cursor| cursor.at -= Rewind::SILENT * 2);
+        rewind.delivered(0);
+        assert_eq!(rewind.silent(), vec![1], "only the partition that delivered nothing");
     }
 }
