@@ -54,7 +54,6 @@ async fn receive(consumer: &StreamConsumer, count: usize) -> Vec<(String, String
     received
 }
 
-/// Invariant: an idempotent producer's records all arrive, once each, in order per key.
 /// Invariant: a record read by its offset (the source and bronze read their control topic's
 /// last record so on start) arrives also when it sits inside a record batch of tansu's memory
 /// storage, which answers a fetch there with the batches that start after it.
@@ -71,6 +70,7 @@ async fn a_record_inside_a_stored_batch_is_read_by_its_offset() {
     }
 }
 
+/// Invariant: an idempotent producer's records all arrive, once each, in order per key.
 #[tokio::test]
 async fn idempotent_produce_round_trips_in_key_order() {
     let broker = TestBroker::start().unwrap();
