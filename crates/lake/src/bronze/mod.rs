@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use deltalake::DeltaTable;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +40,7 @@ use crate::fault;
 use crate::delta::storage::Storage;
 use crate::delta::table as delta;
 use crate::delta::evolve;
+use crate::delta::appender::Appender;
 use crate::delta::files::FileAppend;
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::control::ControlRecord;
@@ -104,8 +104,9 @@ struct Writer {
     registry: Option<Arc<SchemaRegistry>>,
     /// Object-store options of both tables, resolved.
     storage: Storage,
-    bronze: Option<DeltaTable>,
-    facts: Option<DeltaTable>,
+    /// The tables, appended to without re-reading them ([`Appender`]).
+    bronze: Option<Appender>,
+    facts: Option<Appender>,
     /// `txn` versions read back from the tables (-1: none).
     bronze_version: i64,
     facts_version: i64,
@@ -146,10 +147,11 @@ impl Writer {
                     None => delta::create(location, &storage, &facts_schema(), &facts_comments(), "mssql-cdc facts: one row per batch and event").await?,
                 };
                 let version = delta::txn_version(&table, &facts_app_id(app_id)).await?.unwrap_or(-1);
-                (Some(table), version)
+                (Some(Appender::new(table)), version)
             }
             None => (None, -1),
         };
+        let bronze = bronze.map(Appender::new);
         Ok(Self { name: sink.name, settings, feed, registry, storage, bronze, facts, bronze_version, facts_version, progress: sink.progress, held: None, resume: None, last_seen: None })
     }
 
@@ -348,7 +350,7 @@ impl Writer {
     /// each) in one commit with `txn(<app_id>#facts, last id)`; nothing without a facts table.
     async fn commit_facts(&mut self, group: &[ControlRecord], sinks: &[SinkMetrics]) -> Result<(), BronzeError> {
         let (Some(first), Some(last)) = (group.first(), group.last()) else { return Ok(()) };
-        let Some(table) = self.facts.take() else { return Ok(()) };
+        let Some(facts) = self.facts.as_mut() else { return Ok(()) };
         let now = Utc::now();
         let rows = group.iter().zip(sinks).map(|(control, sink)| facts_rows(&self.settings.target, &self.settings.app_id, control, sink, now)).collect();
         let metadata = [
@@ -356,8 +358,7 @@ impl Writer {
             ("mssql_cdc.first_batch_id".to_owned(), serde_json::json!(first.batch_id)),
         ];
         let id = last.batch_id as i64;
-        let table = delta::append(table, rows, &facts_app_id(&self.settings.app_id), id, metadata).await?;
-        self.facts = Some(table);
+        facts.append(rows, &facts_app_id(&self.settings.app_id), id, metadata).await?;
         self.facts_version = id;
         Ok(())
     }
@@ -442,7 +443,7 @@ impl Writer {
         let (feed, ranges) = (self.feed.clone(), control.partitions.clone());
         let reading = tokio::spawn(async move { feed.stream_ranges(ranges, chunk, sender).await });
         let mut sink = SinkMetrics::default();
-        let mut append: Option<(DeltaTable, FileAppend)> = None;
+        let mut append: Option<(Appender, FileAppend)> = None;
         while let Some(records) = chunks.recv().await {
             let (part, batch) = self.decode(control, records).await?;
             sink.bytes += part.bytes;
@@ -454,19 +455,19 @@ impl Writer {
                 Some(open) => open,
                 None => {
                     let table = self.prepared_table(&batch.schema(), control).await?;
-                    let files = FileAppend::new(&table)?;
+                    let files = FileAppend::new(table.table())?;
                     (table, files)
                 }
             };
             let mut files = files;
-            files.write(&table, batch).await?;
+            files.write(table.table(), batch).await?;
             append = Some((table, files));
         }
         reading.await.map_err(|e| BronzeError::Kafka(format!("the read of a batch's records failed: {e}")))??;
         sink.read_ms = started.elapsed().as_millis() as u64;
-        if let Some((table, files)) = append {
+        if let Some((mut table, files)) = append {
             tracing::debug!(connector = %self.name, batch_id = control.batch_id, files = files.files(), rows = sink.rows, "a large batch written file by file");
-            let table = files.commit(table, &self.settings.app_id, control.batch_id as i64, self.commit_metadata(control, control, sink.rows)).await?;
+            files.commit(&mut table, &self.settings.app_id, control.batch_id as i64, self.commit_metadata(control, control, sink.rows)).await?;
             self.bronze = Some(table);
             self.bronze_version = control.batch_id as i64;
         }
@@ -474,13 +475,19 @@ impl Writer {
     }
 
     /// Bronze, created with `schema` if it does not exist, and widened to it where a DDL
-    /// widened a captured column.
-    async fn prepared_table(&mut self, schema: &arrow::datatypes::SchemaRef, first: &ControlRecord) -> Result<DeltaTable, BronzeError> {
-        let table = match self.bronze.take() {
-            Some(table) => table,
-            None => delta::create(&self.settings.target, &self.storage, schema, &records::comments(), &format!("mssql-cdc bronze of {}", self.settings.topic)).await?,
+    /// widened a captured column (on the table read again: its file list is rewritten).
+    async fn prepared_table(&mut self, schema: &arrow::datatypes::SchemaRef, first: &ControlRecord) -> Result<Appender, BronzeError> {
+        let appender = match self.bronze.take() {
+            Some(appender) => appender,
+            None => Appender::new(delta::create(&self.settings.target, &self.storage, schema, &records::comments(), &format!("mssql-cdc bronze of {}", self.settings.topic)).await?),
         };
-        Ok(evolve::evolve_for(table, schema, [("mssql_cdc.batch_id".to_owned(), serde_json::json!(first.batch_id))]).await?)
+        if !evolve::needed(appender.table(), schema)? {
+            return Ok(appender);
+        }
+        let (mut table, version) = appender.into_table();
+        table.update_state().await.map_err(|e| delta::DeltaError::new(&self.settings.target, e))?;
+        let table = evolve::evolve_for(table, schema, [("mssql_cdc.batch_id".to_owned(), serde_json::json!(first.batch_id))]).await?;
+        Ok(Appender::resume(table, version))
     }
 
     /// The metadata of a bronze commit of the batches `first` to `last`.
@@ -533,11 +540,13 @@ impl Writer {
     async fn commit_data(&mut self, batches: Vec<arrow::array::RecordBatch>, first: &ControlRecord, last: &ControlRecord, rows: u64) -> Result<(), BronzeError> {
         let Some(batch) = batches.first() else { return Ok(()) };
         // A DDL widened a captured column: the table takes the wider type first.
-        let table = self.prepared_table(&batch.schema(), first).await?;
+        let mut table = self.prepared_table(&batch.schema(), first).await?;
         let metadata = self.commit_metadata(first, last, rows);
         let id = last.batch_id as i64;
-        let table = delta::append(table, batches, &self.settings.app_id, id, metadata).await?;
+        let appended = table.append(batches, &self.settings.app_id, id, metadata).await;
         self.bronze = Some(table);
+        let path = appended?;
+        tracing::debug!(connector = %self.name, batch_id = id, path = ?path, "bronze commit");
         self.bronze_version = id;
         Ok(())
     }

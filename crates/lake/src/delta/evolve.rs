@@ -44,6 +44,13 @@ pub fn arrow_schema(table: &DeltaTable) -> Result<Schema, DeltaError> {
     schema.as_ref().try_into_arrow().map_err(|e| DeltaError::new(&location, e))
 }
 
+/// Whether `table` lacks a column of `incoming` or has one that `incoming` widens, so that
+/// [`evolve_for`] would change it (no I/O).
+pub fn needed(table: &DeltaTable, incoming: &Schema) -> Result<bool, DeltaError> {
+    let current = arrow_schema(table)?;
+    Ok(incoming.fields().iter().any(|f| current.field_with_name(f.name()).is_err()) || !widenings(&current, incoming).is_empty())
+}
+
 /// Makes `table` take `incoming` (the next write's schema): adds the columns it lacks, then
 /// widens those `incoming` widens; `table` as it is when there is nothing to do.
 pub async fn evolve_for(table: DeltaTable, incoming: &Schema, metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<DeltaTable, DeltaError> {

@@ -1,18 +1,17 @@
 //! Appends too large to hold in memory: [`FileAppend`] writes batches into Parquet files of a
 //! table as they come (no commit), and commits every file at the end in one commit carrying
-//! `txn(app_id, version)`, exactly as [`super::table::append`] would have with all the rows.
+//! `txn(app_id, version)`, exactly as [`Appender::append`] would have with all the rows.
 //!
 //! Files written before a crash and never committed are not part of the table (readers see
 //! only committed files); `VACUUM` removes them.
 
 use arrow::array::RecordBatch;
-use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, Add, Transaction};
-use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::kernel::Add;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::DeltaTable;
 
-use super::table::{commit_with_retries, DeltaError, APPEND_ATTEMPTS};
+use super::appender::{AppendPath, Appender};
+use super::table::DeltaError;
 
 /// An append written file by file, committed once.
 pub struct FileAppend {
@@ -43,22 +42,9 @@ impl FileAppend {
         self.adds.len()
     }
 
-    /// Commits every file written in one commit with `txn(app_id, version)` and `metadata`
-    /// (retried on a lost commit race; nothing twice when `version` is already in).
-    pub async fn commit(self, table: DeltaTable, app_id: &str, version: i64, metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<DeltaTable, DeltaError> {
-        let metadata: Vec<(String, serde_json::Value)> = metadata.into_iter().collect();
-        let actions: Vec<Action> = self.adds.into_iter().map(Action::Add).collect();
-        commit_with_retries(table, app_id, version, APPEND_ATTEMPTS, std::time::Duration::ZERO, |mut table| {
-            let properties = CommitProperties::default().with_application_transaction(Transaction::new(app_id, version)).with_metadata(metadata.clone());
-            let actions = actions.clone();
-            async move {
-                let operation = DeltaOperation::Write { mode: SaveMode::Append, partition_by: None, predicate: None };
-                let log_store = table.log_store();
-                CommitBuilder::from(properties).with_actions(actions).build(Some(table.snapshot()?), log_store, operation).await?;
-                table.update_state().await?;
-                Ok(table)
-            }
-        })
-        .await
+    /// Commits every file written through `appender` ([`Appender::commit`]) in one commit
+    /// with `txn(app_id, version)` and `metadata`: nothing twice when `version` is already in.
+    pub async fn commit(self, appender: &mut Appender, app_id: &str, version: i64, metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<AppendPath, DeltaError> {
+        appender.commit(self.adds, app_id, version, metadata).await
     }
 }

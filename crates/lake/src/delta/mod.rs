@@ -1,6 +1,7 @@
 //! Delta Lake plumbing shared by the sinks: table locations and their object-store settings
 //! ([`location`], [`storage`]), and appends made idempotent by `txn` actions ([`table`]).
 
+pub mod appender;
 pub mod copy;
 pub mod deletion_vector;
 pub mod error;
