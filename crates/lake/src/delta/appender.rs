@@ -14,8 +14,10 @@
 //! - **Another writer committed first** (the entry exists; several sinks share a facts table):
 //!   the winning entries are read. Files and `txn`s only: the append commutes with them and
 //!   takes the entry after the newest. This append's own `txn` (an earlier attempt landed):
-//!   nothing is written twice. A schema or protocol change: the table is read again and the
-//!   append goes through delta-rs's commit, which checks for conflicts exactly as before.
+//!   nothing is written twice. A schema or protocol change among them: the table is read
+//!   again and the rows are written again through delta-rs's write path for the table as it
+//!   now is (files already written for the old schema, as a large batch's are, are not
+//!   committed: the append fails as transient and the stage writes them again).
 //! - **Rows whose layout is not the table's** (a new column, a widened type), a table whose
 //!   protocol asks writers for more than appending files (constraints, column mapping, generated
 //!   or identity columns, row tracking, in-commit timestamps), or a log store that commits by
@@ -50,7 +52,7 @@ const BLIND_ATTEMPTS: usize = 8;
 enum Winners {
     /// Only files and `txn`s; `latest` is the newest version.
     Appends { latest: i64 },
-    /// This append's `txn`, already in.
+    /// This append's `txn` among them, already in, and no schema or protocol change.
     Ours { latest: i64 },
     /// A schema or protocol change at `version`.
     Changed { version: i64 },
@@ -109,61 +111,86 @@ impl Appender {
     /// the table lacks are added (through delta-rs's write path, which merges the schema).
     pub async fn append(&mut self, batches: Vec<RecordBatch>, app_id: &str, txn_version: i64, metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<AppendPath, DeltaError> {
         let metadata: Vec<(String, serde_json::Value)> = metadata.into_iter().collect();
-        if !self.blind_appends_allowed() || !batches.iter().all(|batch| self.has_layout(batch)) {
-            let table = table::append(self.table.clone(), batches, app_id, txn_version, metadata).await?;
-            self.adopt(table);
-            return Ok(AppendPath::Library);
+        if self.blind_appends_allowed() && batches.iter().all(|batch| self.has_layout(batch)) {
+            let location = self.table.table_url().to_string();
+            let mut writer = RecordBatchWriter::for_table(&self.table).map_err(|e| DeltaError::new(&location, e))?;
+            for batch in &batches {
+                writer.write(batch.clone()).await.map_err(|e| DeltaError::new(&location, e))?;
+            }
+            let adds = writer.flush().await.map_err(|e| DeltaError::new(&location, e))?;
+            if let Some(path) = self.try_blind(&adds, app_id, txn_version, &metadata.iter().cloned().collect()).await? {
+                return Ok(path);
+            }
+            // Another writer changed the schema or protocol: the files written for the old
+            // one are left uncommitted (VACUUM removes them), and the rows written again.
+            self.table.update_state().await.map_err(|e| DeltaError::new(&location, e))?;
+            if table::txn_version(&self.table, app_id).await?.is_some_and(|v| v >= txn_version) {
+                self.adopt(self.table.clone());
+                return Ok(AppendPath::AlreadyIn);
+            }
         }
-        let location = self.table.table_url().to_string();
-        let mut writer = RecordBatchWriter::for_table(&self.table).map_err(|e| DeltaError::new(&location, e))?;
-        for batch in batches {
-            writer.write(batch).await.map_err(|e| DeltaError::new(&location, e))?;
-        }
-        let adds = writer.flush().await.map_err(|e| DeltaError::new(&location, e))?;
-        self.commit(adds, app_id, txn_version, metadata).await
+        let table = table::append(self.table.clone(), batches, app_id, txn_version, metadata).await?;
+        self.adopt(table);
+        Ok(AppendPath::Library)
     }
 
     /// Commits `adds` (files already written for this table) in one commit with
-    /// `txn(app_id, txn_version)` and `metadata`.
+    /// `txn(app_id, txn_version)` and `metadata`. If another writer changed the table's schema
+    /// or protocol since the files were written, nothing is committed and the error is
+    /// transient: a restart writes them again for the table as it is.
     pub async fn commit(&mut self, adds: Vec<Add>, app_id: &str, txn_version: i64, metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<AppendPath, DeltaError> {
         let metadata: HashMap<String, serde_json::Value> = metadata.into_iter().collect();
+        let written_for = super::evolve::arrow_schema(&self.table)?;
+        if let Some(path) = self.try_blind(&adds, app_id, txn_version, &metadata).await? {
+            return Ok(path);
+        }
+        self.commit_read(adds, &written_for, app_id, txn_version, metadata).await
+    }
+
+    /// The blind commit ([module docs](self)); `None` when it cannot be made: the table's
+    /// protocol or log store does not allow it, another writer changed the schema or protocol,
+    /// or every attempt lost its entry to another writer.
+    async fn try_blind(&mut self, adds: &[Add], app_id: &str, txn_version: i64, metadata: &HashMap<String, serde_json::Value>) -> Result<Option<AppendPath>, DeltaError> {
+        if !self.blind_appends_allowed() {
+            return Ok(None);
+        }
         let location = self.table.table_url().to_string();
-        if self.blind_appends_allowed() {
-            let mut next = self.version + 1;
-            for _ in 0..BLIND_ATTEMPTS {
-                match self.put_entry(next, &adds, app_id, txn_version, &metadata).await {
-                    Ok(()) => {
-                        self.version = next;
-                        self.after_commit().await;
-                        return Ok(AppendPath::Blind);
-                    }
-                    Err(TransactionError::VersionAlreadyExists(_)) => {}
-                    Err(error) => return Err(DeltaError::new(&location, DeltaTableError::from(error))),
+        let mut next = self.version + 1;
+        for _ in 0..BLIND_ATTEMPTS {
+            match self.put_entry(next, adds, app_id, txn_version, metadata).await {
+                Ok(()) => {
+                    self.version = next;
+                    self.after_commit().await;
+                    return Ok(Some(AppendPath::Blind));
                 }
-                match self.winners(next, app_id, txn_version).await? {
-                    Winners::Appends { latest } => next = latest + 1,
-                    Winners::Ours { latest } => {
-                        self.version = latest;
-                        return Ok(AppendPath::AlreadyIn);
-                    }
-                    Winners::Changed { version } => {
-                        tracing::debug!(table = %location, version, "another writer changed the table's schema or protocol: reading it again");
-                        break;
-                    }
+                Err(TransactionError::VersionAlreadyExists(_)) => {}
+                Err(error) => return Err(DeltaError::new(&location, DeltaTableError::from(error))),
+            }
+            match self.winners(next, app_id, txn_version).await? {
+                Winners::Appends { latest } => next = latest + 1,
+                Winners::Ours { latest } => {
+                    self.version = latest;
+                    return Ok(Some(AppendPath::AlreadyIn));
+                }
+                Winners::Changed { version } => {
+                    tracing::debug!(table = %location, version, "another writer changed the table's schema or protocol: reading it again");
+                    return Ok(None);
                 }
             }
         }
-        self.commit_read(adds, app_id, txn_version, metadata).await
+        Ok(None)
     }
 
     /// What the commits from `from` to the latest hold (another writer's, made since this
-    /// writer's last): files and `txn`s only (a blind append commutes with them), `app_id`'s
-    /// `txn` at `txn_version` or later (the append is in already), or a schema or protocol
-    /// change (the files may no longer fit).
+    /// writer's last): a schema or protocol change anywhere among them (the files may no
+    /// longer fit, and this writer's view of the table is out of date), else `app_id`'s `txn`
+    /// at `txn_version` or later (the append is in already), else files and `txn`s only (a
+    /// blind append commutes with them).
     async fn winners(&self, from: i64, app_id: &str, txn_version: i64) -> Result<Winners, DeltaError> {
         let location = self.table.table_url().to_string();
         let log_store = self.table.log_store();
         let latest = log_store.get_latest_version(from as u64).await.map_err(|e| DeltaError::new(&location, e))? as i64;
+        let mut ours = false;
         for version in from..=latest {
             let Some(entry) = log_store.read_commit_entry(version as u64).await.map_err(|e| DeltaError::new(&location, e))? else { continue };
             for line in entry.split(|b| *b == b'\n').filter(|line| !line.is_empty()) {
@@ -171,25 +198,27 @@ impl Appender {
                 if action.get("metaData").is_some() || action.get("protocol").is_some() {
                     return Ok(Winners::Changed { version });
                 }
-                if let Some(txn) = action.get("txn")
-                    && txn["appId"].as_str() == Some(app_id)
-                    && txn["version"].as_i64().is_some_and(|v| v >= txn_version)
-                {
-                    return Ok(Winners::Ours { latest });
+                if let Some(txn) = action.get("txn") {
+                    ours |= txn["appId"].as_str() == Some(app_id) && txn["version"].as_i64().is_some_and(|v| v >= txn_version);
                 }
             }
         }
-        Ok(Winners::Appends { latest })
+        Ok(if ours { Winners::Ours { latest } } else { Winners::Appends { latest } })
     }
 
-    /// The commit through delta-rs, on the table read again: conflicts checked, the `txn`
-    /// respected, lost races retried ([`table::commit_with_retries`]).
-    async fn commit_read(&mut self, adds: Vec<Add>, app_id: &str, txn_version: i64, metadata: HashMap<String, serde_json::Value>) -> Result<AppendPath, DeltaError> {
+    /// The commit through delta-rs, on the table read again: the `txn` respected, lost races
+    /// retried ([`table::commit_with_retries`]). Files written for a schema other than the
+    /// table's current one (`written_for`) are not committed: a transient error.
+    async fn commit_read(&mut self, adds: Vec<Add>, written_for: &arrow::datatypes::Schema, app_id: &str, txn_version: i64, metadata: HashMap<String, serde_json::Value>) -> Result<AppendPath, DeltaError> {
         let location = self.table.table_url().to_string();
         self.table.update_state().await.map_err(|e| DeltaError::new(&location, e))?;
         if table::txn_version(&self.table, app_id).await?.is_some_and(|v| v >= txn_version) {
             self.adopt(self.table.clone());
             return Ok(AppendPath::AlreadyIn);
+        }
+        if super::evolve::arrow_schema(&self.table)?.fields() != written_for.fields() {
+            self.adopt(self.table.clone());
+            return Err(DeltaError { location, cause: "another writer changed the table's schema while files were written for it: they are left uncommitted and written again".into(), transient: true });
         }
         let actions: Vec<Action> = adds.into_iter().map(Action::Add).collect();
         let committed = table::commit_with_retries(self.table.clone(), app_id, txn_version, table::APPEND_ATTEMPTS, std::time::Duration::ZERO, |mut table| {
@@ -355,7 +384,9 @@ mod tests {
         assert_eq!(count(&location).await, 15);
         let entry = std::fs::read_to_string(dir.path().join("t/_delta_log/00000000000000000002.json")).unwrap();
         assert!(entry.contains(r#""mssql_cdc.batch_id":2"#), "commit metadata kept: {entry}");
-        assert!(entry.contains(r#"\"minValues\":{\"id\":20"#), "file statistics kept: {entry}");
+        let add: serde_json::Value = entry.lines().filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()).find_map(|action| action.get("add").cloned()).unwrap();
+        let stats: serde_json::Value = serde_json::from_str(add["stats"].as_str().unwrap()).unwrap();
+        assert_eq!((stats["numRecords"].as_i64(), stats["minValues"]["id"].as_i64(), stats["maxValues"]["id"].as_i64()), (Some(5), Some(20), Some(24)), "file statistics kept: {entry}");
         assert!(entry.contains(r#""operation":"WRITE""#), "{entry}");
     }
 
@@ -385,6 +416,30 @@ mod tests {
         let table = open(&location, &Storage::new()).await.unwrap().unwrap();
         assert_eq!((txn_version(&table, "a").await.unwrap(), txn_version(&table, "b").await.unwrap()), (Some(2), Some(2)));
         assert_eq!(count(&location).await, 7);
+    }
+
+    /// Invariant: files written for a schema another writer has since changed are never
+    /// committed under the new one: the commit fails as transient (the stage writes them
+    /// again), and the table is as the other writer left it.
+    #[tokio::test]
+    async fn files_written_for_an_old_schema_are_not_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (location, table) = new_table(&dir).await;
+        let mut appender = Appender::new(table.clone());
+        let mut writer = RecordBatchWriter::for_table(appender.table()).unwrap();
+        writer.write(rows(0..3)).await.unwrap();
+        let adds = writer.flush().await.unwrap();
+        let wider = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("note", DataType::Utf8, true), Field::new("extra", DataType::Int64, true)]));
+        let batch = RecordBatch::try_new(wider, vec![Arc::new(Int64Array::from(vec![9])), Arc::new(StringArray::from(vec!["x"])), Arc::new(Int64Array::from(vec![1]))]).unwrap();
+        crate::delta::table::append(table, vec![batch], "other", 1, []).await.unwrap();
+        let error = appender.commit(adds, "app", 1, []).await.unwrap_err();
+        assert!(error.transient, "{error}");
+        assert_eq!(count(&location).await, 1, "only the other writer's row");
+        let table = open(&location, &Storage::new()).await.unwrap().unwrap();
+        assert_eq!(txn_version(&table, "app").await.unwrap(), None);
+        // Written again for the table as it is, the rows go in.
+        assert_eq!(appender.append(vec![rows(0..3)], "app", 1, []).await.unwrap(), AppendPath::Library);
+        assert_eq!(count(&location).await, 4);
     }
 
     /// Invariant: blind appends keep the log readable in bounded time: a checkpoint is written
