@@ -74,13 +74,38 @@ pub struct Appender {
     table: DeltaTable,
     /// The last version this writer knows to be committed (its own, or read).
     version: i64,
+    /// What the table as last read allows and holds, worked out once per read.
+    read: TableRead,
+}
+
+/// What an [`Appender`] takes from the table each time it reads it.
+struct TableRead {
+    /// Whether blind appends are allowed ([`blind_appends_allowed`]).
+    blind: bool,
+    /// The table's Arrow schema (`None`: not convertible, so no batch has its layout).
+    schema: Option<arrow::datatypes::Schema>,
+    /// `delta.checkpointInterval` (default 100).
+    checkpoint_interval: u64,
+    /// `delta.enableExpiredLogCleanup` (default true).
+    log_cleanup: bool,
+}
+
+impl TableRead {
+    fn of(table: &DeltaTable) -> Self {
+        let configuration = table.snapshot().ok().and_then(|snapshot| serde_json::to_value(snapshot.metadata()).ok()).map(|metadata| metadata["configuration"].clone()).unwrap_or_default();
+        Self {
+            blind: blind_appends_allowed(table),
+            schema: super::evolve::arrow_schema(table).ok(),
+            checkpoint_interval: configuration["delta.checkpointInterval"].as_str().and_then(|v| v.parse::<u64>().ok()).filter(|v| *v > 0).unwrap_or(100),
+            log_cleanup: configuration["delta.enableExpiredLogCleanup"].as_str().is_none_or(|v| !v.eq_ignore_ascii_case("false")),
+        }
+    }
 }
 
 impl Appender {
     /// Appends to `table`, as loaded.
     pub fn new(table: DeltaTable) -> Self {
-        let version = table.version().map_or(-1, |v| v as i64);
-        Self { table, version }
+        Self::resume(table, -1)
     }
 
     /// The table as last read: its schema, protocol and configuration are current unless
@@ -104,14 +129,14 @@ impl Appender {
     /// that `version` was committed before it.
     pub fn resume(table: DeltaTable, version: i64) -> Self {
         let version = table.version().map_or(-1, |v| v as i64).max(version);
-        Self { table, version }
+        Self { read: TableRead::of(&table), table, version }
     }
 
     /// Appends `batches` in one commit with `txn(app_id, txn_version)` and `metadata`; columns
     /// the table lacks are added (through delta-rs's write path, which merges the schema).
     pub async fn append(&mut self, batches: Vec<RecordBatch>, app_id: &str, txn_version: i64, metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<AppendPath, DeltaError> {
         let metadata: Vec<(String, serde_json::Value)> = metadata.into_iter().collect();
-        if self.blind_appends_allowed() && batches.iter().all(|batch| self.has_layout(batch)) {
+        if self.read.blind && batches.iter().all(|batch| self.has_layout(batch)) {
             let location = self.table.table_url().to_string();
             let mut writer = RecordBatchWriter::for_table(&self.table).map_err(|e| DeltaError::new(&location, e))?;
             for batch in &batches {
@@ -123,9 +148,7 @@ impl Appender {
             }
             // Another writer changed the schema or protocol: the files written for the old
             // one are left uncommitted (VACUUM removes them), and the rows written again.
-            self.table.update_state().await.map_err(|e| DeltaError::new(&location, e))?;
-            if table::txn_version(&self.table, app_id).await?.is_some_and(|v| v >= txn_version) {
-                self.adopt(self.table.clone());
+            if self.read_again_holds(app_id, txn_version).await? {
                 return Ok(AppendPath::AlreadyIn);
             }
         }
@@ -140,18 +163,18 @@ impl Appender {
     /// transient: a restart writes them again for the table as it is.
     pub async fn commit(&mut self, adds: Vec<Add>, app_id: &str, txn_version: i64, metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<AppendPath, DeltaError> {
         let metadata: HashMap<String, serde_json::Value> = metadata.into_iter().collect();
-        let written_for = super::evolve::arrow_schema(&self.table)?;
+        let written_for = self.read.schema.clone();
         if let Some(path) = self.try_blind(&adds, app_id, txn_version, &metadata).await? {
             return Ok(path);
         }
-        self.commit_read(adds, &written_for, app_id, txn_version, metadata).await
+        self.commit_read(adds, written_for, app_id, txn_version, metadata).await
     }
 
     /// The blind commit ([module docs](self)); `None` when it cannot be made: the table's
     /// protocol or log store does not allow it, another writer changed the schema or protocol,
     /// or every attempt lost its entry to another writer.
     async fn try_blind(&mut self, adds: &[Add], app_id: &str, txn_version: i64, metadata: &HashMap<String, serde_json::Value>) -> Result<Option<AppendPath>, DeltaError> {
-        if !self.blind_appends_allowed() {
+        if !self.read.blind {
             return Ok(None);
         }
         let location = self.table.table_url().to_string();
@@ -209,15 +232,12 @@ impl Appender {
     /// The commit through delta-rs, on the table read again: the `txn` respected, lost races
     /// retried ([`table::commit_with_retries`]). Files written for a schema other than the
     /// table's current one (`written_for`) are not committed: a transient error.
-    async fn commit_read(&mut self, adds: Vec<Add>, written_for: &arrow::datatypes::Schema, app_id: &str, txn_version: i64, metadata: HashMap<String, serde_json::Value>) -> Result<AppendPath, DeltaError> {
+    async fn commit_read(&mut self, adds: Vec<Add>, written_for: Option<arrow::datatypes::Schema>, app_id: &str, txn_version: i64, metadata: HashMap<String, serde_json::Value>) -> Result<AppendPath, DeltaError> {
         let location = self.table.table_url().to_string();
-        self.table.update_state().await.map_err(|e| DeltaError::new(&location, e))?;
-        if table::txn_version(&self.table, app_id).await?.is_some_and(|v| v >= txn_version) {
-            self.adopt(self.table.clone());
+        if self.read_again_holds(app_id, txn_version).await? {
             return Ok(AppendPath::AlreadyIn);
         }
-        if super::evolve::arrow_schema(&self.table)?.fields() != written_for.fields() {
-            self.adopt(self.table.clone());
+        if self.read.schema.as_ref().map(|s| s.fields()) != written_for.as_ref().map(|s| s.fields()) {
             return Err(DeltaError { location, cause: "another writer changed the table's schema while files were written for it: they are left uncommitted and written again".into(), transient: true });
         }
         let actions: Vec<Action> = adds.into_iter().map(Action::Add).collect();
@@ -234,6 +254,15 @@ impl Appender {
         .await?;
         self.adopt(committed);
         Ok(AppendPath::Library)
+    }
+
+    /// Reads the table again and takes it; whether `app_id`'s `txn` is in it at `txn_version`
+    /// or later (an earlier attempt of this append landed).
+    async fn read_again_holds(&mut self, app_id: &str, txn_version: i64) -> Result<bool, DeltaError> {
+        self.table.update_state().await.map_err(|e| DeltaError::new(self.table.table_url().as_str(), e))?;
+        let held = table::txn_version(&self.table, app_id).await?.is_some_and(|v| v >= txn_version);
+        self.adopt(self.table.clone());
+        Ok(held)
     }
 
     /// Puts the log entry `version`: the commit info, the files, the `txn`. Fails with
@@ -268,7 +297,7 @@ impl Appender {
     /// checkpoint written (and expired log entries removed where the table asks for it). A
     /// failure is logged, not returned: the commit is in, and the next interval tries again.
     async fn after_commit(&mut self) {
-        let (interval, cleanup) = self.log_settings();
+        let (interval, cleanup) = (self.read.checkpoint_interval, self.read.log_cleanup);
         if !(self.version as u64 + 1).is_multiple_of(interval) {
             return;
         }
@@ -287,47 +316,39 @@ impl Appender {
         }
     }
 
-    /// The table's `delta.checkpointInterval` (default 100) and
-    /// `delta.enableExpiredLogCleanup` (default true).
-    fn log_settings(&self) -> (u64, bool) {
-        let configuration = self.table.snapshot().ok().and_then(|snapshot| serde_json::to_value(snapshot.metadata()).ok()).map(|metadata| metadata["configuration"].clone()).unwrap_or_default();
-        let interval = configuration["delta.checkpointInterval"].as_str().and_then(|v| v.parse::<u64>().ok()).filter(|v| *v > 0).unwrap_or(100);
-        let cleanup = configuration["delta.enableExpiredLogCleanup"].as_str().is_none_or(|v| !v.eq_ignore_ascii_case("false"));
-        (interval, cleanup)
-    }
-
     /// Takes `table` (just read or written through delta-rs) as the one appended to.
     fn adopt(&mut self, table: DeltaTable) {
         self.version = table.version().map_or(-1, |v| v as i64).max(self.version);
+        self.read = TableRead::of(&table);
         self.table = table;
-    }
-
-    /// Whether the table's protocol asks a writer of new files for nothing beyond the files:
-    /// no invariants, constraints, generated or identity columns, column mapping, row tracking
-    /// or in-commit timestamps.
-    fn blind_appends_allowed(&self) -> bool {
-        let Ok(snapshot) = self.table.snapshot() else { return false };
-        if PROTOCOL.can_write_to(snapshot).is_err() {
-            return false;
-        }
-        // The kernel keeps these fields to itself; their log form is public.
-        let (Ok(protocol), Ok(metadata)) = (serde_json::to_value(snapshot.protocol()), serde_json::to_value(snapshot.metadata())) else { return false };
-        let plain_features = match protocol["minWriterVersion"].as_i64() {
-            Some(0..=2) => true,
-            Some(7) => protocol["writerFeatures"].as_array().is_some_and(|features| features.iter().all(|f| f.as_str().is_some_and(|f| PLAIN_APPEND_FEATURES.contains(&f)))),
-            _ => false,
-        };
-        let invariants = metadata["schemaString"].as_str().is_none_or(|schema| schema.contains("delta.invariants"));
-        let constraints = metadata["configuration"].as_object().is_some_and(|config| config.keys().any(|key| key.starts_with("delta.constraints.")));
-        plain_features && !invariants && !constraints && self.table.log_store().name() == "DefaultLogStore"
     }
 
     /// Whether `batch` has the table's columns, in order, with their types.
     fn has_layout(&self, batch: &RecordBatch) -> bool {
-        let Ok(table) = super::evolve::arrow_schema(&self.table) else { return false };
+        let Some(table) = &self.read.schema else { return false };
         let batch = batch.schema();
         table.fields().len() == batch.fields().len() && table.fields().iter().zip(batch.fields()).all(|(t, b)| t.name() == b.name() && t.data_type() == b.data_type())
     }
+}
+
+/// Whether the table's protocol asks a writer of new files for nothing beyond the files:
+/// no invariants, constraints, generated or identity columns, column mapping, row tracking
+/// or in-commit timestamps.
+fn blind_appends_allowed(table: &DeltaTable) -> bool {
+    let Ok(snapshot) = table.snapshot() else { return false };
+    if PROTOCOL.can_write_to(snapshot).is_err() {
+        return false;
+    }
+    // The kernel keeps these fields to itself; their log form is public.
+    let (Ok(protocol), Ok(metadata)) = (serde_json::to_value(snapshot.protocol()), serde_json::to_value(snapshot.metadata())) else { return false };
+    let plain_features = match protocol["minWriterVersion"].as_i64() {
+        Some(0..=2) => true,
+        Some(7) => protocol["writerFeatures"].as_array().is_some_and(|features| features.iter().all(|f| f.as_str().is_some_and(|f| PLAIN_APPEND_FEATURES.contains(&f)))),
+        _ => false,
+    };
+    let invariants = metadata["schemaString"].as_str().is_none_or(|schema| schema.contains("delta.invariants"));
+    let constraints = metadata["configuration"].as_object().is_some_and(|config| config.keys().any(|key| key.starts_with("delta.constraints.")));
+    plain_features && !invariants && !constraints && table.log_store().name() == "DefaultLogStore"
 }
 
 /// A blind append's operation in the log (what delta-rs's appends record).
@@ -352,6 +373,12 @@ mod tests {
     fn rows(ids: std::ops::Range<i64>) -> RecordBatch {
         let notes: Vec<String> = ids.clone().map(|id| format!("row {id}")).collect();
         RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from(ids.collect::<Vec<_>>())), Arc::new(StringArray::from(notes))]).unwrap()
+    }
+
+    /// One row with a column the table lacks (`extra`).
+    fn row_with_a_new_column() -> RecordBatch {
+        let wider = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("note", DataType::Utf8, true), Field::new("extra", DataType::Int64, true)]));
+        RecordBatch::try_new(wider, vec![Arc::new(Int64Array::from(vec![9])), Arc::new(StringArray::from(vec!["x"])), Arc::new(Int64Array::from(vec![1]))]).unwrap()
     }
 
     async fn count(location: &str) -> i64 {
@@ -409,8 +436,7 @@ mod tests {
         assert_eq!(again.append(vec![rows(0..2)], "a", 1, []).await.unwrap(), AppendPath::AlreadyIn);
         assert_eq!(count(&location).await, 5, "nothing written twice");
         // Another writer adds a column: a's next append reads the table and commits through delta-rs.
-        let wider = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("note", DataType::Utf8, true), Field::new("extra", DataType::Int64, true)]));
-        let batch = RecordBatch::try_new(wider, vec![Arc::new(Int64Array::from(vec![9])), Arc::new(StringArray::from(vec!["x"])), Arc::new(Int64Array::from(vec![1]))]).unwrap();
+        let batch = row_with_a_new_column();
         assert_eq!(b.append(vec![batch], "b", 2, []).await.unwrap(), AppendPath::Library, "a new column goes through delta-rs's write");
         assert_eq!(a.append(vec![rows(5..6)], "a", 2, []).await.unwrap(), AppendPath::Library);
         let table = open(&location, &Storage::new()).await.unwrap().unwrap();
@@ -429,8 +455,7 @@ mod tests {
         let mut writer = RecordBatchWriter::for_table(appender.table()).unwrap();
         writer.write(rows(0..3)).await.unwrap();
         let adds = writer.flush().await.unwrap();
-        let wider = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("note", DataType::Utf8, true), Field::new("extra", DataType::Int64, true)]));
-        let batch = RecordBatch::try_new(wider, vec![Arc::new(Int64Array::from(vec![9])), Arc::new(StringArray::from(vec!["x"])), Arc::new(Int64Array::from(vec![1]))]).unwrap();
+        let batch = row_with_a_new_column();
         crate::delta::table::append(table, vec![batch], "other", 1, []).await.unwrap();
         let error = appender.commit(adds, "app", 1, []).await.unwrap_err();
         assert!(error.transient, "{error}");

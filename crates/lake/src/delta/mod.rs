@@ -10,4 +10,5 @@ pub mod location;
 pub mod query;
 pub mod storage;
 pub mod table;
+pub mod tail;
 pub mod evolve;

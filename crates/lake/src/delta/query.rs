@@ -23,6 +23,16 @@ pub async fn query(tables: &[(&str, &DeltaTable)], sql: &str) -> Result<Vec<Reco
     frame.collect().await.map_err(fail)
 }
 
+/// Runs `sql` over `rows` (all of `schema`), registered as table `name`: the same SQL over
+/// rows already read (a [`super::tail::Tail`]'s).
+pub async fn query_rows(name: &str, schema: arrow::datatypes::SchemaRef, rows: Vec<RecordBatch>, sql: &str) -> Result<Vec<RecordBatch>, DeltaError> {
+    let fail = |e: deltalake::datafusion::error::DataFusionError| DeltaError::new(name, QueryFailed { sql: sql.to_owned(), cause: e });
+    let ctx = SessionContext::new();
+    let table = deltalake::datafusion::datasource::MemTable::try_new(schema, vec![rows]).map_err(fail)?;
+    ctx.register_table(name, std::sync::Arc::new(table)).map_err(fail)?;
+    ctx.sql(sql).await.map_err(fail)?.collect().await.map_err(fail)
+}
+
 /// A SQL query over Delta tables failed.
 #[derive(Debug, thiserror::Error)]
 #[error("{cause} (in `{sql}`)")]

@@ -29,7 +29,8 @@ use super::config::{Granularity, SilverSettings};
 use super::control::{self, ControlRow};
 use super::error::SilverError;
 use super::fold::{fold, silver_schema, FoldCounts, DELETE};
-use crate::delta::query::{ident, query};
+use crate::delta::query::{ident, query_rows};
+use crate::delta::tail::{Tail, TailFile};
 use crate::delta::storage::Storage;
 use crate::delta::table::{self as delta, table_url};
 use crate::delta::evolve;
@@ -75,11 +76,14 @@ pub struct Applier {
     keys: Option<Vec<String>>,
     granularity: Granularity,
     storage: Storage,
-    facts: DeltaTable,
+    /// The facts table, followed by its log ([`Tail`]): the files of batches not applied yet.
+    facts: Tail,
     control: DeltaTable,
     silver: Option<DeltaTable>,
-    /// Bronze as last read (opened on the first apply, then brought up to date).
-    bronze: Option<DeltaTable>,
+    /// Bronze, followed by its log from the first apply: the files of batches not applied yet.
+    bronze: Option<Tail>,
+    /// Another bronze table the facts table records batches for (for a warning).
+    other_target: Option<String>,
     /// Last batch whose rows are in silver (silver's txn version), -1: none.
     silver_batch: i64,
     /// The control row as last written.
@@ -96,7 +100,7 @@ pub struct Applier {
     connector: String,
     /// The facts version and position of the last step that found nothing: while both stay,
     /// the next step would find nothing again, and skips the facts query.
-    idle_at: Option<(Option<deltalake::kernel::Version>, i64)>,
+    idle_at: Option<(i64, i64)>,
 }
 
 impl Applier {
@@ -108,6 +112,7 @@ impl Applier {
         let app_id = options.app_id.clone();
         let facts_location = options.facts_table.clone();
         let facts = delta::open(&facts_location, &storage).await?.ok_or_else(|| SilverError::NoFacts { facts: facts_location.clone() })?;
+        let mut facts = Tail::new(facts, "batch_id")?;
         let control = control::open_or_create(&options.control_table, &storage).await?;
         let silver = delta::open(&silver_location, &storage).await?;
         let silver_batch = match &silver {
@@ -121,6 +126,8 @@ impl Applier {
         // The row's own position is authoritative only when its txn agrees.
         row.applied_batch = row.applied_batch.min(control_batch).max(-1);
         tracing::info!(app_id = %app_id, silver_batch, control_batch = row.applied_batch, "silver resuming");
+        let mut other_target = None;
+        facts.release(|file| fact_file_needed(file, row.applied_batch, &bronze_url, &mut other_target));
         Ok(Self {
             bronze_location,
             bronze_url,
@@ -134,6 +141,7 @@ impl Applier {
             control,
             silver,
             bronze: None,
+            other_target,
             silver_batch,
             row,
             max_batches: options.max_batches_per_apply,
@@ -161,7 +169,7 @@ impl Applier {
     pub async fn step(&mut self) -> Result<StepReport, SilverError> {
         let started = Instant::now();
         let from = self.row.applied_batch;
-        self.facts.update_state().await.map_err(|e| SilverError::delta(&self.facts, e))?;
+        self.facts.refresh().await?;
         let seen = (self.facts.version(), from);
         let idle = StepReport { last_batch: from, finalized_until: self.row.finalized_until, ..StepReport::default() };
         if self.idle_at == Some(seen) {
@@ -213,6 +221,9 @@ impl Applier {
         let control = self.control.clone();
         self.control = control::write_row(control, &next, &format!("{}{CONTROL_SUFFIX}", self.app_id), last).await?;
         self.row = next;
+        let mut other = None;
+        self.facts.release(|file| fact_file_needed(file, last, &self.bronze_url, &mut other));
+        self.other_target = other.or(self.other_target.take());
         report.finalized_until = self.row.finalized_until;
         SilverApplied {
             connector: &self.connector,
@@ -232,9 +243,12 @@ impl Applier {
 
     /// The consecutive batches after `from` the facts table records for bronze, at most
     /// `max_batches` of them and `max_rows` rows between them ([`consecutive_run`]).
-    async fn next_batches(&self, from: i64) -> Result<Vec<BatchFact>, SilverError> {
-        let results = query(&[("facts", &self.facts)], &batch_facts_sql(from, from + self.max_batches)).await?;
+    async fn next_batches(&mut self, from: i64) -> Result<Vec<BatchFact>, SilverError> {
+        let up_to = from + self.max_batches;
+        let rows = self.facts.rows(from, up_to).await?;
+        let results = query_rows("facts", self.facts.schema(), rows, &batch_facts_sql(from, up_to)).await?;
         let (run, other) = consecutive_run(read_batch_facts(&results)?, from, self.max_rows, |target| same_table(target, &self.bronze_url));
+        let other = other.or_else(|| self.other_target.clone());
         if let Some(other) = other.filter(|_| run.is_empty() && !self.warned_other_target.swap(true, std::sync::atomic::Ordering::Relaxed)) {
             tracing::warn!(bronze = %self.bronze_location, facts_target = %other, "the facts table has batches for another bronze table but none for this one yet: is `bronze` the bronze sink's `target`?");
         }
@@ -243,25 +257,28 @@ impl Applier {
 
     /// Folds the bronze rows of batches `(from, to]` and merges them into silver.
     async fn apply_rows(&mut self, from: i64, to: i64, report: &mut StepReport) -> Result<(), SilverError> {
-        let bronze = match self.bronze.take() {
-            Some(mut table) => {
-                table.update_state().await.map_err(|e| SilverError::delta(&table, e))?;
-                table
+        let bronze = match &mut self.bronze {
+            Some(tail) => {
+                tail.refresh().await?;
+                tail
             }
-            None => delta::open(&self.bronze_location, &self.storage).await?.ok_or_else(|| SilverError::NoBronze { bronze: self.bronze_location.clone(), batch: to })?,
+            None => {
+                let table = delta::open(&self.bronze_location, &self.storage).await?.ok_or_else(|| SilverError::NoBronze { bronze: self.bronze_location.clone(), batch: to })?;
+                let mut tail = Tail::new(table, BATCH_ID)?;
+                tail.release(|file| bronze_file_needed(file, from));
+                self.bronze.insert(tail)
+            }
         };
         // The key comes from the configuration or, once, from bronze's commit metadata.
         let keys = match &self.keys {
             Some(keys) => keys.clone(),
             None => {
-                let keys = bronze_keys(&bronze).await?;
+                let keys = bronze_keys(bronze.table()).await?;
                 self.keys = Some(keys.clone());
                 keys
             }
         };
-        let sql = format!("SELECT * FROM bronze WHERE {b} > {from} AND {b} <= {to}", b = ident(BATCH_ID));
-        let rows: Vec<RecordBatch> = query(&[("bronze", &bronze)], &sql).await?.iter().map(without_field_metadata).collect();
-        self.bronze = Some(bronze);
+        let rows: Vec<RecordBatch> = bronze.rows(from, to).await?.iter().map(without_field_metadata).collect();
         let (folded, counts) = fold(&rows, &keys).map_err(|e| SilverError::Fold(e.to_string()))?;
         report.fold = counts;
         let properties = CommitProperties::default().with_application_transaction(Transaction::new(&self.app_id, to)).with_metadata([
@@ -270,6 +287,7 @@ impl Applier {
         ]);
         let Some(folded) = folded else {
             // Only before-images: nothing to change, but the position still moves with the control row.
+            self.release_bronze(to);
             return Ok(());
         };
         let table = match self.silver.take() {
@@ -279,8 +297,16 @@ impl Applier {
         };
         self.silver = Some(table);
         self.silver_batch = to;
+        self.release_bronze(to);
         fault::crash_point(fault::Point::AfterSilverCommit, to);
         Ok(())
+    }
+
+    /// Forgets the bronze files of batches up to `to`, now in silver.
+    fn release_bronze(&mut self, to: i64) {
+        if let Some(tail) = &mut self.bronze {
+            tail.release(|file| bronze_file_needed(file, to));
+        }
     }
 
     /// After a snapshot at `lsn` completed (its rows and every change before `batch` merged):
@@ -450,6 +476,27 @@ pub fn key_ranges(folded: &RecordBatch, keys: &[String], max: usize) -> Option<S
 
 /// Whether two table locations name the same table: URLs compared without a trailing `/`,
 /// local paths made absolute first (no I/O).
+/// Whether a bronze file may hold rows of a batch after `applied`.
+fn bronze_file_needed(file: &TailFile, applied: i64) -> bool {
+    file.range.is_none_or(|(_, max)| max > applied)
+}
+
+/// Whether a facts file may hold rows silver still needs: rows of a batch after `applied`,
+/// unless all its rows are another bronze table's (then recorded in `other`, for a warning).
+/// A `target` statistic that may be cut short (a prefix of this table's) counts as this table's.
+fn fact_file_needed(file: &TailFile, applied: i64, bronze_url: &str, other: &mut Option<String>) -> bool {
+    if file.range.is_some_and(|(_, max)| max <= applied) {
+        return false;
+    }
+    match file.only_text("target") {
+        Some(target) if !crate::delta::location::normalized(bronze_url).starts_with(&crate::delta::location::normalized(target)) => {
+            *other = Some(target.to_owned());
+            false
+        }
+        _ => true,
+    }
+}
+
 fn same_table(a: &str, b: &str) -> bool {
     crate::delta::location::normalized(a) == crate::delta::location::normalized(b)
 }

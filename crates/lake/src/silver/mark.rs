@@ -224,7 +224,7 @@ pub async fn merge(
     let kept = keep(folded, &outcome, &mut marked)?;
     if kept.num_rows() > 0 {
         let mut writer = RecordBatchWriter::for_table(&table).map_err(|e| SilverError::delta_at(location, e))?.with_writer_properties(super::apply::writer_properties());
-        let rows = conform(&upserts(&kept)?, &writer.arrow_schema())?;
+        let rows = crate::delta::tail::conform(&upserts(&kept)?, &writer.arrow_schema()).map_err(fold_error)?;
         writer.write(rows).await.map_err(|e| SilverError::delta_at(location, e))?;
         for add in writer.flush().await.map_err(|e| SilverError::delta_at(location, e))? {
             marked.files_added += 1;
@@ -409,20 +409,6 @@ fn marked_add(mut add: Add, descriptor: DeletionVectorDescriptor) -> Add {
         stats.to_string()
     });
     add
-}
-
-/// `batch` in exactly the writer's schema (types and field metadata as silver's); a silver
-/// column the batch lacks (dropped at the source) is null.
-fn conform(batch: &RecordBatch, schema: &arrow::datatypes::SchemaRef) -> Result<RecordBatch, SilverError> {
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|field| match batch.column_by_name(field.name()) {
-            Some(column) => arrow::compute::cast(column, field.data_type()).map_err(fold_error),
-            None => Ok(arrow::array::new_null_array(field.data_type(), batch.num_rows())),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    RecordBatch::try_new(schema.clone(), columns).map_err(fold_error)
 }
 
 fn key_columns(batch: &RecordBatch, keys: &[String]) -> Result<Vec<arrow::array::ArrayRef>, SilverError> {
