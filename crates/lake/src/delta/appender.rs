@@ -163,7 +163,8 @@ impl Appender {
     /// transient: a restart writes them again for the table as it is.
     pub async fn commit(&mut self, adds: Vec<Add>, app_id: &str, txn_version: i64, metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<AppendPath, DeltaError> {
         let metadata: HashMap<String, serde_json::Value> = metadata.into_iter().collect();
-        let written_for = self.read.schema.clone();
+        let location = self.table.table_url().to_string();
+        let written_for = self.read.schema.clone().ok_or_else(|| DeltaError::new(&location, "the table's schema has no Arrow form: files cannot be checked against it"))?;
         if let Some(path) = self.try_blind(&adds, app_id, txn_version, &metadata).await? {
             return Ok(path);
         }
@@ -232,12 +233,12 @@ impl Appender {
     /// The commit through delta-rs, on the table read again: the `txn` respected, lost races
     /// retried ([`table::commit_with_retries`]). Files written for a schema other than the
     /// table's current one (`written_for`) are not committed: a transient error.
-    async fn commit_read(&mut self, adds: Vec<Add>, written_for: Option<arrow::datatypes::Schema>, app_id: &str, txn_version: i64, metadata: HashMap<String, serde_json::Value>) -> Result<AppendPath, DeltaError> {
+    async fn commit_read(&mut self, adds: Vec<Add>, written_for: arrow::datatypes::Schema, app_id: &str, txn_version: i64, metadata: HashMap<String, serde_json::Value>) -> Result<AppendPath, DeltaError> {
         let location = self.table.table_url().to_string();
         if self.read_again_holds(app_id, txn_version).await? {
             return Ok(AppendPath::AlreadyIn);
         }
-        if self.read.schema.as_ref().map(|s| s.fields()) != written_for.as_ref().map(|s| s.fields()) {
+        if self.read.schema.as_ref().map(|s| s.fields()) != Some(written_for.fields()) {
             return Err(DeltaError { location, cause: "another writer changed the table's schema while files were written for it: they are left uncommitted and written again".into(), transient: true });
         }
         let actions: Vec<Action> = adds.into_iter().map(Action::Add).collect();
@@ -304,6 +305,7 @@ impl Appender {
         let location = self.table.table_url().to_string();
         let result = async {
             self.table.update_incremental(Some(self.version as u64)).await?;
+            self.read = TableRead::of(&self.table);
             deltalake::checkpoints::create_checkpoint(&self.table, None).await?;
             if cleanup {
                 deltalake::checkpoints::cleanup_metadata(&self.table, None).await?;

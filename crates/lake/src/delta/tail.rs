@@ -160,7 +160,8 @@ impl Tail {
             looked_for_newer = false;
             match self.parse(&entry, next)? {
                 Entry::Files { added, removed, plain } => {
-                    self.files.retain(|file| !removed.contains(&file.path));
+                    // An `add` of a path the table holds replaces its entry (new statistics, say).
+                    self.files.retain(|file| !removed.contains(&file.path) && !added.iter().any(|new| new.path == file.path));
                     self.files.extend(added);
                     self.plain &= plain;
                     self.version = next;
@@ -179,7 +180,9 @@ impl Tail {
         }
         if !self.plain {
             let sql = format!("SELECT * FROM t WHERE {c} > {after} AND {c} <= {up_to}", c = ident(&self.column));
-            return query(&[("t", &self.table)], &sql).await;
+            // delta-rs's scan may return string views and partition columns last: the table's schema, as promised.
+            let rows = query(&[("t", &self.table)], &sql).await?;
+            return rows.iter().map(|batch| conform(batch, &self.schema)).collect::<Result<_, _>>().map_err(|e| self.error(e));
         }
         let store = self.table.log_store().object_store(None);
         let wanted: Vec<usize> = (0..self.files.len()).filter(|&i| self.files[i].meets(after, up_to)).collect();
@@ -201,6 +204,12 @@ impl Tail {
             }
         }
         Ok(rows)
+    }
+
+    /// Reads the table again through delta-rs (its newest commit, say), keeping every file it
+    /// holds again (narrow them with [`Tail::release`]).
+    pub async fn read_again(&mut self) -> Result<(), DeltaError> {
+        self.reload("asked for").await
     }
 
     /// Keeps only the files `keep` says may still be needed.
@@ -250,7 +259,8 @@ impl Tail {
                 let raw = add["path"].as_str().ok_or_else(|| self.error(format!("log entry {version}: an add without a path")))?;
                 plain &= add["deletionVector"].is_null() && add["partitionValues"].as_object().is_none_or(|values| values.is_empty());
                 let stats = add["stats"].as_str().and_then(|s| serde_json::from_str(s).ok());
-                added.push(TailFile::new(store_path(raw), add["size"].as_u64().unwrap_or(0), stats, &self.column));
+                let size = add["size"].as_u64().ok_or_else(|| self.error(format!("log entry {version}: the add of {raw} has no size")))?;
+                added.push(TailFile::new(store_path(raw), size, stats, &self.column));
             } else if let Some(raw) = action.get("remove").and_then(|remove| remove["path"].as_str()) {
                 removed.push(store_path(raw));
             }
@@ -400,6 +410,39 @@ mod tests {
         tail.refresh().await.unwrap();
         assert_eq!(notes(&tail.rows(0, 4).await.unwrap()).len(), 8, "each of the 8 rows once");
         assert_eq!(tail.files().len(), 1);
+    }
+
+    /// Invariant: an `add` of a path the table already holds (new statistics for the same
+    /// file) replaces the kept file: its rows are read once.
+    #[tokio::test]
+    async fn an_add_of_a_kept_path_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (location, _appender) = table_with(&dir, 1..=2).await;
+        let mut tail = Tail::new(open(&location, &Storage::new()).await.unwrap().unwrap(), "batch").unwrap();
+        let entry = std::fs::read_to_string(dir.path().join("t/_delta_log/00000000000000000002.json")).unwrap();
+        let add = entry.lines().find(|line| line.starts_with(r#"{"add""#)).unwrap();
+        std::fs::write(dir.path().join("t/_delta_log/00000000000000000003.json"), format!("{add}\n")).unwrap();
+        tail.refresh().await.unwrap();
+        assert_eq!(tail.version(), 3);
+        assert_eq!(tail.files().len(), 2);
+        assert_eq!(notes(&tail.rows(0, 2).await.unwrap()), ["b1 r0", "b1 r1", "b2 r0", "b2 r1"]);
+    }
+
+    /// Invariant: a table whose files are not plain Parquet (here: partitioned, so a file
+    /// lacks its partition column) is read through delta-rs's scan, in the table's schema.
+    #[tokio::test]
+    async fn a_partitioned_table_is_read_through_the_scan_in_its_schema() {
+        use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("p").to_str().unwrap().to_owned();
+        let columns: Vec<deltalake::kernel::StructField> = schema().fields().iter().map(|f| f.as_ref().try_into_kernel().unwrap()).collect();
+        let table = DeltaTable::try_from_url(crate::delta::table::table_url(&location).unwrap()).await.unwrap().create().with_columns(columns).with_partition_columns(["note"]).await.unwrap();
+        let table = table.write(vec![rows(1, 2), rows(2, 1)]).await.unwrap();
+        let mut tail = Tail::new(table, "batch").unwrap();
+        assert!(!tail.plain);
+        let read = tail.rows(1, 2).await.unwrap();
+        assert!(read.iter().all(|batch| batch.schema() == tail.schema()), "{:?}", read.first().map(|b| b.schema()));
+        assert_eq!(notes(&read), ["b2 r0"]);
     }
 
     /// Invariant: a schema change sends the tail back to the table: rows written before a

@@ -273,7 +273,15 @@ impl Applier {
         let keys = match &self.keys {
             Some(keys) => keys.clone(),
             None => {
-                let keys = bronze_keys(bronze.table()).await?;
+                let keys = match bronze_keys(bronze.table()).await {
+                    // The tail's table is as bronze was when it was read: read it again for its newest commit.
+                    Err(SilverError::NoKeys { .. }) => {
+                        bronze.read_again().await?;
+                        bronze.release(|file| bronze_file_needed(file, from));
+                        bronze_keys(bronze.table()).await?
+                    }
+                    keys => keys?,
+                };
                 self.keys = Some(keys.clone());
                 keys
             }
