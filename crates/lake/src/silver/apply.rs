@@ -29,6 +29,7 @@ use super::config::{Granularity, SilverSettings};
 use super::control::{self, ControlRow};
 use super::error::SilverError;
 use super::fold::{fold, silver_schema, FoldCounts, DELETE};
+use super::key_cache::KeyCache;
 use crate::delta::query::{ident, query_rows};
 use crate::delta::tail::{Tail, TailFile};
 use crate::delta::storage::Storage;
@@ -94,6 +95,8 @@ pub struct Applier {
     max_rows: i64,
     /// Replace and delete rows by deletion vectors ([`super::mark`]).
     deletion_vectors: bool,
+    /// Silver's key columns kept between those MERGEs ([`KeyCache`]).
+    key_cache: KeyCache,
     /// Whether the "facts name another bronze table" warning was given.
     warned_other_target: std::sync::atomic::AtomicBool,
     /// The connector applying (metrics and logs); `apply` for the one-shot command.
@@ -147,6 +150,7 @@ impl Applier {
             max_batches: options.max_batches_per_apply,
             max_rows: options.max_rows_per_apply,
             deletion_vectors: options.deletion_vectors,
+            key_cache: KeyCache::default(),
             warned_other_target: std::sync::atomic::AtomicBool::new(false),
             connector: "apply".to_owned(),
             idle_at: None,
@@ -361,11 +365,11 @@ impl Applier {
     }
 
     /// The MERGE by deletion vectors ([`super::mark`]), the table feature turned on first.
-    async fn mark(&self, table: DeltaTable, folded: RecordBatch, keys: &[String], properties: CommitProperties, report: &mut StepReport) -> Result<DeltaTable, SilverError> {
+    async fn mark(&mut self, table: DeltaTable, folded: RecordBatch, keys: &[String], properties: CommitProperties, report: &mut StepReport) -> Result<DeltaTable, SilverError> {
         let table = evolve::evolve_for(table, &silver_schema(&folded.schema()), []).await?;
         let table = super::mark::enable(table, &self.silver_location).await?;
         let folded = sorted(&folded, keys)?;
-        let (table, marked) = super::mark::merge(table, &folded, keys, project_to_silver, properties, &self.silver_location).await?;
+        let (table, marked) = super::mark::merge(table, &mut self.key_cache, &folded, keys, project_to_silver, properties, &self.silver_location).await?;
         report.inserted = marked.inserted;
         report.updated = marked.updated;
         report.deleted = marked.deleted;

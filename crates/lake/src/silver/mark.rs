@@ -42,6 +42,7 @@ use roaring::RoaringTreemap;
 
 use super::error::SilverError;
 use super::fold::DELETE;
+use super::key_cache::{FileKeys, KeyCache};
 use crate::delta::deletion_vector::{self as dv, DvFile};
 use mssql_cdc_core::log::schema::START_LSN;
 
@@ -208,6 +209,7 @@ const PARALLEL_FILES: usize = 2;
 /// rows to write onto silver's columns.
 pub async fn merge(
     table: DeltaTable,
+    cache: &mut KeyCache,
     folded: &RecordBatch,
     keys: &[String],
     upserts: impl Fn(&RecordBatch) -> Result<RecordBatch, SilverError>,
@@ -219,7 +221,7 @@ pub async fn merge(
     let snapshot = table.snapshot().map_err(|e| SilverError::delta_at(location, e))?.clone();
     let (candidates, entries) = candidates(&snapshot, &fold, &keys[0]);
     let mut marked = Marked { files_scanned: candidates.len() as u64, ..Marked::default() };
-    let matches = match_files(candidates, &fold, &store, table.table_url(), keys, location).await?;
+    let matches = match_files(candidates, cache, &fold, &store, table.table_url(), keys, location).await?;
     let (mut actions, outcome) = mark(matches, entries, folded.num_rows(), &store, location, &mut marked).await?;
     let kept = keep(folded, &outcome, &mut marked)?;
     if kept.num_rows() > 0 {
@@ -327,20 +329,36 @@ fn keep(folded: &RecordBatch, outcome: &Outcome, marked: &mut Marked) -> Result<
 }
 
 /// Matches the candidates, [`PARALLEL_FILES`] at a time; results in the candidates' order.
-/// `root` is the table's, which deletion vectors' paths are relative to.
-async fn match_files(candidates: Vec<Candidate>, fold: &Arc<FoldKeys>, store: &Arc<dyn ObjectStore>, root: &url::Url, keys: &[String], location: &str) -> Result<Vec<FileMatch>, SilverError> {
+/// Key columns come from `cache` where it has them, and what is read is kept there. `root` is
+/// the table's, which deletion vectors' paths are relative to.
+async fn match_files(candidates: Vec<Candidate>, cache: &mut KeyCache, fold: &Arc<FoldKeys>, store: &Arc<dyn ObjectStore>, root: &url::Url, keys: &[String], location: &str) -> Result<Vec<FileMatch>, SilverError> {
     let mut results: Vec<Option<FileMatch>> = (0..candidates.len()).map(|_| None).collect();
     let mut running = tokio::task::JoinSet::new();
     let mut queue = candidates.into_iter().enumerate();
     loop {
         while running.len() < PARALLEL_FILES {
             let Some((i, candidate)) = queue.next() else { break };
+            let cached = cache.get(&candidate.path, !candidate.all_older);
             let (fold, store, root, keys, location) = (fold.clone(), store.clone(), root.clone(), keys.to_vec(), location.to_owned());
-            running.spawn(async move { (i, match_file(&store, &root, &candidate, &fold, &keys, &location).await) });
+            running.spawn(async move {
+                let read = match cached {
+                    Some(columns) => Ok((columns, false)),
+                    None => read_keys(&store, &candidate, &keys, &location).await.map(|columns| (Arc::new(columns), true)),
+                };
+                let matched = match read {
+                    Ok((columns, fresh)) => match_file(&store, &root, &candidate, &columns, &fold, &location).await.map(|found| (found, fresh.then_some((candidate.path, columns)))),
+                    Err(error) => Err(error),
+                };
+                (i, matched)
+            });
         }
         let Some(done) = running.join_next().await else { break };
         let (i, result) = done.map_err(|e| SilverError::Fold(format!("a file match task failed: {e}")))?;
-        results[i] = Some(result?);
+        let (found, read) = result?;
+        if let Some((path, columns)) = read {
+            cache.put(path, columns);
+        }
+        results[i] = Some(found);
     }
     Ok(results.into_iter().flatten().collect())
 }
@@ -356,10 +374,8 @@ async fn existing_marks(store: &Arc<dyn ObjectStore>, root: &url::Url, file: &Ca
     dv::parse_inline_or_file(descriptor, bytes.as_deref()).map_err(dv_error)
 }
 
-/// Reads a file's key columns (and `_start_lsn` unless every row is older) and finds the
-/// live rows the fold replaces, and the fold rows a live row supersedes.
-async fn match_file(store: &Arc<dyn ObjectStore>, root: &url::Url, file: &Candidate, fold: &FoldKeys, keys: &[String], location: &str) -> Result<FileMatch, SilverError> {
-    let old = existing_marks(store, root, file, location).await?;
+/// Reads a file's key columns, and its `_start_lsn` unless every row is older.
+async fn read_keys(store: &Arc<dyn ObjectStore>, file: &Candidate, keys: &[String], location: &str) -> Result<FileKeys, SilverError> {
     #[allow(deprecated)] // see the import
     let reader = ParquetObjectReader::new(store.clone(), file.path.clone()).with_file_size(file.size);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| SilverError::delta_at(location, e))?;
@@ -373,26 +389,45 @@ async fn match_file(store: &Arc<dyn ObjectStore>, root: &url::Url, file: &Candid
     }
     let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
     let mut stream = builder.with_projection(mask).build().map_err(|e| SilverError::delta_at(location, e))?;
+    let mut read = FileKeys { keys: Vec::new(), lsn: (!file.all_older).then(Vec::new) };
+    while let Some(batch) = stream.try_next().await.map_err(|e| SilverError::delta_at(location, e))? {
+        read.keys.push(key_columns(&batch, keys)?);
+        if let Some(lsn) = &mut read.lsn {
+            lsn.push(string_column(&batch, START_LSN)?);
+        }
+    }
+    Ok(read)
+}
+
+/// Finds, among a file's rows (`columns`: its key columns and `_start_lsn`, read or kept),
+/// the live rows the fold replaces, and the fold rows a live row supersedes.
+async fn match_file(store: &Arc<dyn ObjectStore>, root: &url::Url, file: &Candidate, columns: &FileKeys, fold: &FoldKeys, location: &str) -> Result<FileMatch, SilverError> {
+    let old = existing_marks(store, root, file, location).await?;
     let mut found = FileMatch { old, marks: RoaringTreemap::new(), found: Vec::new() };
     let mut position: u64 = 0;
-    while let Some(batch) = stream.try_next().await.map_err(|e| SilverError::delta_at(location, e))? {
-        let rows = fold.lookup(&key_columns(&batch, keys)?)?;
-        let lsn = if file.all_older { None } else { Some(string_column(&batch, START_LSN)?) };
-        for (i, j) in rows.into_iter().enumerate() {
-            let Some(j) = j else { continue };
+    for (at_batch, keys) in columns.keys.iter().enumerate() {
+        let rows = fold.lookup(keys)?;
+        // Unless every row is older, the fold's change must be compared with the row's.
+        let lsn = match (&columns.lsn, file.all_older) {
+            (_, true) => None,
+            (Some(lsn), false) => Some(lsn.get(at_batch).ok_or_else(|| SilverError::Fold(format!("silver file {}: `_start_lsn` missing for a batch", file.path)))?),
+            (None, false) => return Err(SilverError::Fold(format!("silver file {}: `_start_lsn` was not read", file.path))),
+        };
+        for (i, j) in rows.iter().enumerate() {
+            let Some(j) = *j else { continue };
             let at = position + i as u64;
             if found.old.contains(at) {
                 continue;
             }
             // Newer: the fold's change has the greater `_start_lsn` (always, when every row is older).
-            if lsn.as_ref().is_none_or(|lsn| fold.lsn.value(j) > lsn.value(i)) {
+            if lsn.is_none_or(|lsn| fold.lsn.value(j) > lsn.value(i)) {
                 found.marks.insert(at);
                 found.found.push((j, true));
             } else {
                 found.found.push((j, false));
             }
         }
-        position += batch.num_rows() as u64;
+        position += rows.len() as u64;
     }
     Ok(found)
 }

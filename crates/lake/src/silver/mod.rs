@@ -12,6 +12,7 @@ pub mod config;
 pub mod control;
 pub mod error;
 pub mod fold;
+pub mod key_cache;
 pub mod mark;
 #[cfg(test)]
 mod property_tests;
