@@ -8,11 +8,12 @@
 //! holds for as long as the path is in the table; only its deletion vector changes, and that
 //! is read each step.
 //!
-//! The cache keeps the columns read, by path, up to [`KEY_CACHE_BYTES`]; past it, the files
-//! kept longest are dropped first. Files no longer in the table are never asked for again,
-//! and leave the cache in their turn.
+//! The cache keeps the columns read, by path and size, up to [`KEY_CACHE_BYTES`]. Once full it
+//! admits no more files (dropping old ones for new would, when a step's files pass the limit,
+//! drop each file just before the next step asks for it): files it does not hold are read as
+//! before. Each step first forgets the files no longer in the table (compacted, say).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, StringArray};
@@ -39,12 +40,19 @@ impl FileKeys {
     }
 }
 
+/// A kept file: its size in the log (a file of another size at the path is another file), its
+/// columns, and what they take in memory.
+#[derive(Debug)]
+struct Entry {
+    file_size: u64,
+    keys: Arc<FileKeys>,
+    bytes: usize,
+}
+
 /// Key columns of silver files by path, bounded in bytes ([module docs](self)).
 #[derive(Debug)]
 pub struct KeyCache {
-    entries: HashMap<Path, (Arc<FileKeys>, usize)>,
-    /// Paths in the order they were put.
-    order: VecDeque<Path>,
+    entries: HashMap<Path, Entry>,
     bytes: usize,
     limit: usize,
 }
@@ -52,34 +60,37 @@ pub struct KeyCache {
 impl KeyCache {
     /// An empty cache holding at most `limit` bytes.
     pub fn new(limit: usize) -> Self {
-        Self { entries: HashMap::new(), order: VecDeque::new(), bytes: 0, limit }
+        Self { entries: HashMap::new(), bytes: 0, limit }
     }
 
-    /// The columns of `path`, when kept with `_start_lsn` if `lsn` asks for it.
-    pub fn get(&self, path: &Path, lsn: bool) -> Option<Arc<FileKeys>> {
-        self.entries.get(path).map(|(keys, _)| keys.clone()).filter(|keys| !lsn || keys.lsn.is_some())
+    /// The columns of the file at `path` of `file_size` bytes, when kept with `_start_lsn` if
+    /// `lsn` asks for it.
+    pub fn get(&self, path: &Path, file_size: u64, lsn: bool) -> Option<Arc<FileKeys>> {
+        self.entries.get(path).filter(|entry| entry.file_size == file_size && (!lsn || entry.keys.lsn.is_some())).map(|entry| entry.keys.clone())
     }
 
-    /// Keeps `keys` for `path` (replacing what was kept), dropping the longest-kept files
-    /// while over the limit. A file larger than the whole limit is not kept.
-    pub fn put(&mut self, path: Path, keys: Arc<FileKeys>) {
-        let size = keys.bytes();
-        if let Some((_, old)) = self.entries.remove(&path) {
-            self.bytes -= old;
-            self.order.retain(|p| *p != path);
+    /// Keeps `keys` for the file at `path` (replacing what was kept for it) if they fit.
+    pub fn put(&mut self, path: Path, file_size: u64, keys: Arc<FileKeys>) {
+        if let Some(old) = self.entries.remove(&path) {
+            self.bytes -= old.bytes;
         }
-        if size > self.limit {
-            return;
+        let bytes = keys.bytes();
+        if self.bytes + bytes <= self.limit {
+            self.bytes += bytes;
+            self.entries.insert(path, Entry { file_size, keys, bytes });
         }
-        while self.bytes + size > self.limit {
-            let Some(oldest) = self.order.pop_front() else { break };
-            if let Some((_, old)) = self.entries.remove(&oldest) {
-                self.bytes -= old;
+    }
+
+    /// Forgets every file not in `live` (the table's files now).
+    pub fn retain(&mut self, live: &HashSet<Path>) {
+        let bytes = &mut self.bytes;
+        self.entries.retain(|path, entry| {
+            let keep = live.contains(path);
+            if !keep {
+                *bytes -= entry.bytes;
             }
-        }
-        self.bytes += size;
-        self.order.push_back(path.clone());
-        self.entries.insert(path, (keys, size));
+            keep
+        });
     }
 
     /// Bytes kept.
@@ -105,28 +116,32 @@ mod tests {
         Arc::new(FileKeys { keys: vec![vec![column]], lsn: lsns })
     }
 
-    /// Invariant: the cache stays within its limit, dropping the longest-kept files first, and
-    /// never answers for `_start_lsn` it did not read.
+    /// Invariant: the cache stays within its limit (admitting nothing more once full, and
+    /// room again once files leave the table), never answers for `_start_lsn` it did not read,
+    /// and never for a file of another size at the same path.
     #[test]
     fn the_cache_is_bounded_and_answers_only_what_it_read() {
         let one = keys(1000, false).bytes();
         let limit = one * 2 + one / 2;
         let mut cache = KeyCache::new(limit);
-        cache.put(Path::from("a"), keys(1000, false));
-        cache.put(Path::from("b"), keys(1000, false));
-        assert!(cache.get(&Path::from("a"), false).is_some());
-        cache.put(Path::from("c"), keys(1000, false));
-        assert!(cache.get(&Path::from("a"), false).is_none(), "a was kept longest and dropped");
-        assert!(cache.get(&Path::from("b"), false).is_some() && cache.get(&Path::from("c"), false).is_some());
+        cache.put(Path::from("a"), 10, keys(1000, false));
+        cache.put(Path::from("b"), 10, keys(1000, false));
+        cache.put(Path::from("c"), 10, keys(1000, false));
+        assert!(cache.get(&Path::from("a"), 10, false).is_some() && cache.get(&Path::from("b"), 10, false).is_some());
+        assert!(cache.get(&Path::from("c"), 10, false).is_none(), "full: c not admitted");
         assert!(cache.bytes() <= limit, "{} bytes over {limit}", cache.bytes());
-        cache.put(Path::from("huge"), keys(100_000, false));
-        assert!(cache.get(&Path::from("huge"), false).is_none(), "a file over the whole limit is not kept");
+        assert!(cache.get(&Path::from("a"), 11, false).is_none(), "another file at a's path");
+        cache.retain(&HashSet::from([Path::from("b")]));
+        assert!(cache.get(&Path::from("a"), 10, false).is_none(), "a left the table");
+        cache.put(Path::from("c"), 10, keys(1000, false));
+        assert!(cache.get(&Path::from("c"), 10, false).is_some(), "room again for c");
+        assert_eq!(cache.bytes(), one * 2);
 
         let mut cache = KeyCache::default();
-        cache.put(Path::from("b"), keys(1000, false));
-        assert!(cache.get(&Path::from("b"), true).is_none(), "no `_start_lsn` was read for b");
-        cache.put(Path::from("b"), keys(1000, true));
-        assert!(cache.get(&Path::from("b"), true).is_some(), "b replaced by its read with `_start_lsn`");
+        cache.put(Path::from("b"), 10, keys(1000, false));
+        assert!(cache.get(&Path::from("b"), 10, true).is_none(), "no `_start_lsn` was read for b");
+        cache.put(Path::from("b"), 10, keys(1000, true));
+        assert!(cache.get(&Path::from("b"), 10, true).is_some(), "b replaced by its read with `_start_lsn`");
         assert_eq!(cache.bytes(), keys(1000, true).bytes(), "the replaced entry no longer counts");
     }
 }

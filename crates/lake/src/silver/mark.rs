@@ -220,6 +220,7 @@ pub async fn merge(
     let store = table.log_store().object_store(None);
     let snapshot = table.snapshot().map_err(|e| SilverError::delta_at(location, e))?.clone();
     let (candidates, entries) = candidates(&snapshot, &fold, &keys[0]);
+    cache.retain(&snapshot.log_data().iter().map(|file| file.object_store_path()).collect());
     let mut marked = Marked { files_scanned: candidates.len() as u64, ..Marked::default() };
     let matches = match_files(candidates, cache, &fold, &store, table.table_url(), keys, location).await?;
     let (mut actions, outcome) = mark(matches, entries, folded.num_rows(), &store, location, &mut marked).await?;
@@ -338,7 +339,7 @@ async fn match_files(candidates: Vec<Candidate>, cache: &mut KeyCache, fold: &Ar
     loop {
         while running.len() < PARALLEL_FILES {
             let Some((i, candidate)) = queue.next() else { break };
-            let cached = cache.get(&candidate.path, !candidate.all_older);
+            let cached = cache.get(&candidate.path, candidate.size, !candidate.all_older);
             let (fold, store, root, keys, location) = (fold.clone(), store.clone(), root.clone(), keys.to_vec(), location.to_owned());
             running.spawn(async move {
                 let read = match cached {
@@ -346,7 +347,7 @@ async fn match_files(candidates: Vec<Candidate>, cache: &mut KeyCache, fold: &Ar
                     None => read_keys(&store, &candidate, &keys, &location).await.map(|columns| (Arc::new(columns), true)),
                 };
                 let matched = match read {
-                    Ok((columns, fresh)) => match_file(&store, &root, &candidate, &columns, &fold, &location).await.map(|found| (found, fresh.then_some((candidate.path, columns)))),
+                    Ok((columns, fresh)) => match_file(&store, &root, &candidate, &columns, &fold, &location).await.map(|found| (found, fresh.then_some((candidate.path, candidate.size, columns)))),
                     Err(error) => Err(error),
                 };
                 (i, matched)
@@ -355,8 +356,8 @@ async fn match_files(candidates: Vec<Candidate>, cache: &mut KeyCache, fold: &Ar
         let Some(done) = running.join_next().await else { break };
         let (i, result) = done.map_err(|e| SilverError::Fold(format!("a file match task failed: {e}")))?;
         let (found, read) = result?;
-        if let Some((path, columns)) = read {
-            cache.put(path, columns);
+        if let Some((path, size, columns)) = read {
+            cache.put(path, size, columns);
         }
         results[i] = Some(found);
     }
