@@ -298,6 +298,68 @@ pub(super) async fn parquet_baseline(kafka: &KafkaConfig, topic: &str, dir: &std
     Ok((rows, bytes, decode_secs, started.elapsed().as_secs_f64()))
 }
 
+/// Bronze's ceiling on the same feed: a bare rdkafka consumer reads `rows` data records of
+/// `topic` from the start of every partition (with bronze's fetch size), decodes them from JSON
+/// into Arrow 10,000 at a time as they arrive (the last control record's schema) and writes
+/// them to one Parquet file in `dir`. Returns (rows, seconds from the consumer's creation to
+/// the file's close).
+pub(super) async fn consumer_parquet_baseline(kafka: &KafkaConfig, topic: &str, rows: u64, dir: &std::path::Path) -> anyhow::Result<(u64, f64)> {
+    use mssql_cdc_lake::bronze::records::{decode, DataRecord};
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+
+    let (cluster, read) = (kafka.clone(), topic.to_owned());
+    let controls = off_runtime(move || controls(&cluster, &read)).await?;
+    let schema = controls.iter().rev().find(|c| c.rows > 0).or(controls.last()).ok_or_else(|| anyhow::anyhow!("no control records"))?.schema.clone();
+    let (kafka, topic, path) = (kafka.clone(), topic.to_owned(), dir.join("consumer-baseline.parquet"));
+    off_runtime(move || -> anyhow::Result<(u64, f64)> {
+        let started = Instant::now();
+        let consumer: BaseConsumer = kafka
+            .client_config()?
+            .set("group.id", format!("bench-consumer-baseline-{}", uuid::Uuid::new_v4()))
+            .set("enable.auto.commit", "false")
+            .set("fetch.max.bytes", "52428800")
+            .set("fetch.wait.max.ms", "10")
+            .create()?;
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+            assignment.add_partition_offset(&topic, partition.id(), rdkafka::Offset::Beginning)?;
+        }
+        consumer.assign(&assignment)?;
+        let mut writer: Option<deltalake::parquet::arrow::ArrowWriter<std::fs::File>> = None;
+        let (mut pending, mut read) = (Vec::with_capacity(10_000), 0u64);
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while read < rows || !pending.is_empty() {
+            anyhow::ensure!(Instant::now() < deadline, "the consumer baseline read {read} of {rows} records in 10 minutes");
+            if read < rows
+                && let Some(message) = consumer.poll(Duration::from_millis(100)) {
+                    let message = message?;
+                    pending.push(DataRecord { partition: message.partition(), offset: message.offset(), value: message.payload().unwrap_or_default().to_vec() });
+                    read += 1;
+                }
+            if pending.len() >= 10_000 || (read >= rows && !pending.is_empty()) {
+                let decoded = decode(&schema, &pending, None, mssql_cdc_core::log::Envelope::Native, 0, "0x", "0xFFFFFFFFFFFFFFFFFFFFF");
+                anyhow::ensure!(decoded.bad.is_empty(), "baseline decode failed: {:?}", decoded.bad.first().map(|b| &b.1));
+                if let Some(batch) = decoded.batch {
+                    if writer.is_none() {
+                        writer = Some(deltalake::parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path)?, batch.schema(), None)?);
+                    }
+                    if let Some(writer) = writer.as_mut() {
+                        writer.write(&batch)?;
+                    }
+                }
+                pending.clear();
+            }
+        }
+        if let Some(writer) = writer {
+            writer.close()?;
+        }
+        Ok((read, started.elapsed().as_secs_f64()))
+    })
+    .await
+}
+
 /// Every record of `topic` as (key, value), read until nothing more arrives for 3 s (the memory
 /// storage's watermarks can lag what a consumer reads).
 fn read_topic(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
@@ -306,7 +368,7 @@ fn read_topic(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, 
 
 /// The source's rate once streaming: the rows of every batch after the first over the time
 /// from the first batch's publication to the last's (0 with fewer than two batches).
-fn streaming_rate(published: &[mssql_cdc_core::log::ControlRecord]) -> f64 {
+pub(super) fn streaming_rate(published: &[mssql_cdc_core::log::ControlRecord]) -> f64 {
     let times: Vec<_> = published.iter().filter_map(|c| c.metrics.published_at.map(|t| (t, c.rows))).collect();
     match (times.first(), times.last()) {
         (Some((first, _)), Some((last, _))) if last > first => {

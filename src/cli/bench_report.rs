@@ -42,7 +42,7 @@ use mssql_cdc_testkit::process::Log;
 use mssql_cdc_testkit::stats::{latencies, percentile};
 use mssql_cdc_testkit::stage::StageProcess;
 
-use super::bench::{parquet_baseline, raw_producer_baseline};
+use super::bench::{bare_read, consumer_parquet_baseline, parquet_baseline, raw_producer_baseline, streaming_rate};
 use super::services::Services;
 
 #[derive(Debug, clap::Args)]
@@ -140,7 +140,7 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     let workload_sim = sim.clone();
     let backlog_report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
     eprintln!("bench: backlog of {} changes", backlog_report.changes);
-    let (mut stages, drained) = drain_backlog(&sim, &kafka, &files, &dir).await?;
+    let (mut stages, drained) = drain_backlog(&sim, sim_address, &kafka, &files, &dir).await?;
     let external = match args.external_sink.clone().or_else(|| std::env::var("MSSQL_CDC_BENCH_EXTERNAL_SINK").ok().filter(|c| !c.trim().is_empty())) {
         Some(command) => {
             eprintln!("bench: external sink `{command}` on the same feed");
@@ -206,12 +206,20 @@ struct Drained {
     bytes: u64,
     batches: u64,
     source_secs: f64,
+    /// The source's rate from its first batch's publication to its last (setup left out).
+    source_streaming: f64,
+    /// The same change rows read by a bare tiberius query: (rows, seconds).
+    bare_read: (u64, f64),
     raw_acked: u64,
     raw_secs: f64,
     bronze_secs: f64,
+    /// Bronze's rate from its first commit to its last (setup left out).
+    bronze_streaming: f64,
     bronze_metrics: String,
     parquet_rows: usize,
     parquet_secs: f64,
+    /// A bare rdkafka consumer decoding the feed into one Parquet file: (rows, seconds).
+    consumer_parquet: (u64, f64),
     silver_secs: f64,
     silver_metrics: String,
 }
@@ -265,22 +273,28 @@ pub(super) async fn drain(files: &Files, connector: &Path, dir: &Path, kafka: &K
 }
 
 /// Phase 2: the source alone drains the backlog, then bronze alone, then silver alone, each
-/// next to its baseline (a raw producer of the same records; the same records decoded and
-/// written to one Parquet file). Returns the three stages, still running.
-async fn drain_backlog(sim: &Simulator, kafka: &KafkaConfig, files: &Files, dir: &Path) -> anyhow::Result<(Vec<StageProcess>, Drained)> {
+/// next to its baselines (the same change rows read bare over TDS; a raw producer of the same
+/// records; a bare consumer decoding them into one Parquet file; the same records decoded and
+/// written with the read left out). Returns the three stages, still running.
+async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaConfig, files: &Files, dir: &Path) -> anyhow::Result<(Vec<StageProcess>, Drained)> {
     let expected = sim.changes("dbo_orders").len() as u64;
     let (source, source_secs) = drain(files, &files.source, dir, kafka, Until::Published(expected)).await?;
     let fed = totals(kafka, TOPIC)?;
+    let (cluster, topic) = (kafka.clone(), TOPIC);
+    let source_streaming = streaming_rate(&super::bench::off_runtime(move || controls(&cluster, topic)).await?);
+    let bare_read = bare_read(sim_address, "SELECT * FROM cdc.dbo_orders_CT ORDER BY __$start_lsn, __$seqval, __$operation").await?;
     let (_, raw_acked, raw_secs, _) = raw_producer_baseline(kafka, TOPIC).await?;
-    eprintln!("bench: source {} rows in {source_secs:.1} s; raw producer {raw_acked} in {raw_secs:.1} s", fed.rows);
+    eprintln!("bench: source {} rows in {source_secs:.1} s; bare TDS read {} in {:.1} s; raw producer {raw_acked} in {raw_secs:.1} s", fed.rows, bare_read.0, bare_read.1);
 
     let last_batch = fed.batches as i64 - 1;
     let facts_app = facts_app_id(BRONZE_APP);
     let until = Until::Facts { table: &files.facts_table, app: &facts_app, batch: last_batch };
     let (bronze, bronze_secs) = drain(files, &files.bronze, dir, kafka, until).await?;
     let bronze_metrics = bronze.scrape().unwrap_or_default();
+    let bronze_streaming = bronze_streaming_rate(&files.facts_table).await?;
+    let consumer_parquet = consumer_parquet_baseline(kafka, TOPIC, fed.rows, dir).await?;
     let (parquet_rows, _, decode_secs, write_secs) = parquet_baseline(kafka, TOPIC, dir).await?;
-    eprintln!("bench: bronze in {bronze_secs:.1} s; decode+parquet {:.1} s", decode_secs + write_secs);
+    eprintln!("bench: bronze in {bronze_secs:.1} s; bare consumer + parquet {:.1} s; decode+parquet {:.1} s", consumer_parquet.1, decode_secs + write_secs);
 
     let silver_url = table::table_url(&files.silver_table)?.to_string();
     let until = Until::Applied { control: &files.control_table, url: &silver_url, batch: last_batch };
@@ -291,16 +305,41 @@ async fn drain_backlog(sim: &Simulator, kafka: &KafkaConfig, files: &Files, dir:
         bytes: fed.bytes,
         batches: fed.batches,
         source_secs,
+        source_streaming,
+        bare_read,
         raw_acked,
         raw_secs,
         bronze_secs,
+        bronze_streaming,
         bronze_metrics,
         parquet_rows,
         parquet_secs: decode_secs + write_secs,
+        consumer_parquet,
         silver_secs,
         silver_metrics,
     };
     Ok((vec![source, bronze, silver], drained))
+}
+
+/// Bronze's rate once streaming, from the facts table: the rows of every commit after the
+/// first over the time from the first commit's `written_at` to the last's (0 with fewer than
+/// two commits), as the source's streaming rate is taken from its control records.
+async fn bronze_streaming_rate(facts_table: &str) -> anyhow::Result<f64> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::Int64Type;
+
+    let Some(facts) = table::open(facts_table, &Default::default()).await? else { return Ok(0.0) };
+    let sql = "SELECT CAST(written_at AS BIGINT) AS at, CAST(SUM(rows) AS BIGINT) AS rows FROM facts WHERE event = 'batch' GROUP BY written_at ORDER BY at";
+    let batches = mssql_cdc_lake::delta::query::query(&[("facts", &facts)], sql).await?;
+    let mut commits = Vec::new();
+    for batch in &batches {
+        let (at, rows) = (batch.column(0).as_primitive::<Int64Type>(), batch.column(1).as_primitive::<Int64Type>());
+        commits.extend((0..batch.num_rows()).filter(|i| at.is_valid(*i) && rows.is_valid(*i)).map(|i| (at.value(i), rows.value(i))));
+    }
+    Ok(match (commits.first(), commits.last()) {
+        (Some((first, _)), Some((last, _))) if last > first => commits[1..].iter().map(|(_, rows)| *rows as f64).sum::<f64>() / ((last - first) as f64 / 1e6),
+        _ => 0.0,
+    })
 }
 
 /// What phase 3 measured.
@@ -364,19 +403,27 @@ fn print_report(args: &ReportBench, drained: &Drained, steady: &[Steady], kafka_
     let per = |total: f64, count: f64| if count > 0.0 { total / count * 1000.0 } else { 0.0 };
     println!("| measure | mssql-cdc | baseline, same run |");
     println!("|---|---|---|");
+    let rate = |(count, secs): (u64, f64)| if secs > 0.0 { count as f64 / secs } else { 0.0 };
+    let share = |part: f64, whole: f64| if whole > 0.0 { 100.0 * part / whole } else { 0.0 };
+    // A rate from the first commit to the last needs two commits at least.
+    let streaming = |rate: f64, of: f64| if rate > 0.0 { format!("streaming {rate:.0} rows/s, {:.0}%", share(rate, of)) } else { "under two commits: no streaming rate".into() };
+    let (source_rate, bare_read) = (rows / drained.source_secs, rate(drained.bare_read));
     println!(
-        "| source: backlog of {} change rows, TDS → Kafka | {:.0} rows/s, {:.1} MB/s ({} batches) | bare rdkafka producer, same records: {:.0} rows/s |",
+        "| source: backlog of {} change rows, TDS → Kafka | {source_rate:.0} rows/s, {:.1} MB/s ({} batches; process start included), {:.0}% of the bare read; {} | bare tiberius read of the same change rows: {bare_read:.0} rows/s; bare rdkafka producer, same records: {:.0} rows/s |",
         drained.rows,
-        rows / drained.source_secs,
         mb / drained.source_secs,
         drained.batches,
+        share(source_rate, bare_read),
+        streaming(drained.source_streaming, bare_read),
         drained.raw_acked as f64 / drained.raw_secs
     );
+    let (bronze_rate, consumer_parquet) = (rows / drained.bronze_secs, rate(drained.consumer_parquet));
     println!(
-        "| bronze: the same feed → Delta, with facts | {:.0} rows/s, {:.1} MB/s ({:.0} ms per batch commit) | JSON decode + one Parquet file: {:.0} rows/s |",
-        rows / drained.bronze_secs,
+        "| bronze: the same feed → Delta, with facts | {bronze_rate:.0} rows/s, {:.1} MB/s ({:.0} ms per batch commit; process start included), {:.0}% of the bare consumer; {} | bare rdkafka consumer + JSON decode + one Parquet file: {consumer_parquet:.0} rows/s; decode + Parquet alone (read left out): {:.0} rows/s |",
         mb / drained.bronze_secs,
         bronze_commit * 1000.0,
+        share(bronze_rate, consumer_parquet),
+        streaming(drained.bronze_streaming, consumer_parquet),
         drained.parquet_rows as f64 / drained.parquet_secs
     );
     println!(

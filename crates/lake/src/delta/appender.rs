@@ -92,9 +92,10 @@ struct TableRead {
 
 impl TableRead {
     fn of(table: &DeltaTable) -> Self {
-        let configuration = table.snapshot().ok().and_then(|snapshot| serde_json::to_value(snapshot.metadata()).ok()).map(|metadata| metadata["configuration"].clone()).unwrap_or_default();
+        let log_form = super::table::log_form(table);
+        let configuration = log_form.as_ref().map(|(_, metadata)| metadata["configuration"].clone()).unwrap_or_default();
         Self {
-            blind: blind_appends_allowed(table),
+            blind: log_form.as_ref().is_some_and(|(protocol, metadata)| blind_appends_allowed(table, protocol, metadata)),
             schema: super::evolve::arrow_schema(table).ok(),
             checkpoint_interval: configuration["delta.checkpointInterval"].as_str().and_then(|v| v.parse::<u64>().ok()).filter(|v| *v > 0).unwrap_or(100),
             log_cleanup: configuration["delta.enableExpiredLogCleanup"].as_str().is_none_or(|v| !v.eq_ignore_ascii_case("false")),
@@ -335,14 +336,13 @@ impl Appender {
 
 /// Whether the table's protocol asks a writer of new files for nothing beyond the files:
 /// no invariants, constraints, generated or identity columns, column mapping, row tracking
-/// or in-commit timestamps.
-fn blind_appends_allowed(table: &DeltaTable) -> bool {
+/// or in-commit timestamps. `protocol` and `metadata` are the table's log form
+/// ([`super::table::log_form`]).
+fn blind_appends_allowed(table: &DeltaTable, protocol: &serde_json::Value, metadata: &serde_json::Value) -> bool {
     let Ok(snapshot) = table.snapshot() else { return false };
     if PROTOCOL.can_write_to(snapshot).is_err() {
         return false;
     }
-    // The kernel keeps these fields to itself; their log form is public.
-    let (Ok(protocol), Ok(metadata)) = (serde_json::to_value(snapshot.protocol()), serde_json::to_value(snapshot.metadata())) else { return false };
     let plain_features = match protocol["minWriterVersion"].as_i64() {
         Some(0..=2) => true,
         Some(7) => protocol["writerFeatures"].as_array().is_some_and(|features| features.iter().all(|f| f.as_str().is_some_and(|f| PLAIN_APPEND_FEATURES.contains(&f)))),

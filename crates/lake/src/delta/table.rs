@@ -80,6 +80,14 @@ pub async fn create(location: &str, storage: &Storage, schema: &SchemaRef, comme
     }
 }
 
+/// The table's protocol and metadata in their log form (the `protocol` and `metaData`
+/// actions' JSON), for the checks that read fields delta-rs's kernel keeps to itself
+/// (features, configuration, partition columns). `None` when the table has no snapshot.
+pub fn log_form(table: &DeltaTable) -> Option<(serde_json::Value, serde_json::Value)> {
+    let snapshot = table.snapshot().ok()?;
+    Some((serde_json::to_value(snapshot.protocol()).ok()?, serde_json::to_value(snapshot.metadata()).ok()?))
+}
+
 /// The last version `app_id` recorded in the table's `txn` actions.
 pub async fn txn_version(table: &DeltaTable, app_id: &str) -> Result<Option<i64>, DeltaError> {
     let location = table.table_url().to_string();

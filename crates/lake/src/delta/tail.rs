@@ -187,7 +187,7 @@ impl Tail {
         let store = self.table.log_store().object_store(None);
         let wanted: Vec<usize> = (0..self.files.len()).filter(|&i| self.files[i].meets(after, up_to)).collect();
         // Futures collected first: a closure inside the stream would make it less general than `Send` needs.
-        let jobs: Vec<_> = wanted.iter().map(|&i| read_file(store.clone(), self.files[i].clone(), self.schema.clone(), self.column.clone())).collect();
+        let jobs: Vec<_> = wanted.iter().map(|&i| read_file(store.clone(), self.files[i].path.clone(), self.files[i].size, self.schema.clone(), self.column.clone())).collect();
         let reads = futures::stream::iter(jobs)
         .buffered(READ_CONCURRENCY)
             .try_collect::<Vec<_>>()
@@ -281,9 +281,7 @@ fn store_path(raw: &str) -> Path {
 /// Whether the table's files are plain Parquet to a reader: no column mapping, no partition
 /// columns, no reader feature beyond [`PLAIN_READ_FEATURES`].
 fn plain_table(table: &DeltaTable) -> bool {
-    let Ok(snapshot) = table.snapshot() else { return false };
-    // The kernel keeps these fields to itself; their log form is public.
-    let (Ok(protocol), Ok(metadata)) = (serde_json::to_value(snapshot.protocol()), serde_json::to_value(snapshot.metadata())) else { return false };
+    let Some((protocol, metadata)) = super::table::log_form(table) else { return false };
     let features = match protocol["minReaderVersion"].as_i64() {
         Some(1) => true,
         Some(3) => protocol["readerFeatures"].as_array().is_none_or(|features| features.iter().all(|f| f.as_str().is_some_and(|f| PLAIN_READ_FEATURES.contains(&f)))),
@@ -294,10 +292,10 @@ fn plain_table(table: &DeltaTable) -> bool {
     features && !mapping && !partitioned
 }
 
-/// A file's rows in `schema`, and the range of `column` among them.
-async fn read_file(store: Arc<dyn ObjectStore>, file: TailFile, schema: SchemaRef, column: String) -> Result<(Vec<RecordBatch>, Option<(i64, i64)>), Box<dyn std::error::Error + Send + Sync>> {
+/// The rows of the file at `path` (`size` bytes) in `schema`, and the range of `column` among them.
+async fn read_file(store: Arc<dyn ObjectStore>, path: Path, size: u64, schema: SchemaRef, column: String) -> Result<(Vec<RecordBatch>, Option<(i64, i64)>), Box<dyn std::error::Error + Send + Sync>> {
     #[allow(deprecated)] // the reader delta-rs itself builds on
-    let reader = ParquetObjectReader::new(store, file.path.clone()).with_file_size(file.size);
+    let reader = ParquetObjectReader::new(store, path).with_file_size(size);
     let stream = ParquetRecordBatchStreamBuilder::new(reader).await?.build()?;
     let batches: Vec<RecordBatch> = stream.try_collect().await?;
     let mut range: Option<(i64, i64)> = None;

@@ -72,6 +72,9 @@ pub struct Applier {
     bronze_location: String,
     /// Bronze's URL, as the facts table's `target` names it.
     bronze_url: String,
+    /// The same, normalized once ([`crate::delta::location::normalized`]) for the per-file
+    /// checks of the facts table's `target` statistics.
+    bronze_normalized: String,
     silver_location: String,
     app_id: String,
     keys: Option<Vec<String>>,
@@ -130,10 +133,12 @@ impl Applier {
         row.applied_batch = row.applied_batch.min(control_batch).max(-1);
         tracing::info!(app_id = %app_id, silver_batch, control_batch = row.applied_batch, "silver resuming");
         let mut other_target = None;
-        facts.release(|file| fact_file_needed(file, row.applied_batch, &bronze_url, &mut other_target));
+        let bronze_normalized = crate::delta::location::normalized(&bronze_url);
+        facts.release(|file| fact_file_needed(file, row.applied_batch, &bronze_normalized, &mut other_target));
         Ok(Self {
             bronze_location,
             bronze_url,
+            bronze_normalized,
             silver_location,
 
             app_id,
@@ -226,7 +231,7 @@ impl Applier {
         self.control = control::write_row(control, &next, &format!("{}{CONTROL_SUFFIX}", self.app_id), last).await?;
         self.row = next;
         let mut other = None;
-        self.facts.release(|file| fact_file_needed(file, last, &self.bronze_url, &mut other));
+        self.facts.release(|file| fact_file_needed(file, last, &self.bronze_normalized, &mut other));
         self.other_target = other.or(self.other_target.take());
         report.finalized_until = self.row.finalized_until;
         SilverApplied {
@@ -486,8 +491,6 @@ pub fn key_ranges(folded: &RecordBatch, keys: &[String], max: usize) -> Option<S
     Some(ranges.join(" OR "))
 }
 
-/// Whether two table locations name the same table: URLs compared without a trailing `/`,
-/// local paths made absolute first (no I/O).
 /// Whether a bronze file may hold rows of a batch after `applied`.
 fn bronze_file_needed(file: &TailFile, applied: i64) -> bool {
     file.range.is_none_or(|(_, max)| max > applied)
@@ -496,12 +499,13 @@ fn bronze_file_needed(file: &TailFile, applied: i64) -> bool {
 /// Whether a facts file may hold rows silver still needs: rows of a batch after `applied`,
 /// unless all its rows are another bronze table's (then recorded in `other`, for a warning).
 /// A `target` statistic that may be cut short (a prefix of this table's) counts as this table's.
-fn fact_file_needed(file: &TailFile, applied: i64, bronze_url: &str, other: &mut Option<String>) -> bool {
+/// `bronze` is bronze's location as [`crate::delta::location::normalized`] gives it.
+fn fact_file_needed(file: &TailFile, applied: i64, bronze: &str, other: &mut Option<String>) -> bool {
     if file.range.is_some_and(|(_, max)| max <= applied) {
         return false;
     }
     match file.only_text("target") {
-        Some(target) if !crate::delta::location::normalized(bronze_url).starts_with(&crate::delta::location::normalized(target)) => {
+        Some(target) if !bronze.starts_with(&crate::delta::location::normalized(target)) => {
             *other = Some(target.to_owned());
             false
         }
@@ -509,6 +513,8 @@ fn fact_file_needed(file: &TailFile, applied: i64, bronze_url: &str, other: &mut
     }
 }
 
+/// Whether two table locations name the same table: URLs compared without a trailing `/`,
+/// local paths made absolute first (no I/O).
 fn same_table(a: &str, b: &str) -> bool {
     crate::delta::location::normalized(a) == crate::delta::location::normalized(b)
 }
