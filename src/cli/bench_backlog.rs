@@ -82,6 +82,8 @@ pub async fn run(args: BacklogBench) -> anyhow::Result<ExitCode> {
     services.stop().await;
     let caught_up = caught_up?;
     let fed = fed?;
+    // The peaks first: they stand even if the check below fails.
+    print_backlog(&args, &made, change_rows, fed.bytes, &caught_up, &peak);
     // Caught up means equal: silver holds as many rows as the table.
     let table_rows = match sim.query("SELECT COUNT_BIG(*) FROM dbo.orders").map_err(|e| anyhow::anyhow!("counting dbo.orders: {e}"))?.first().and_then(|set| set.rows.first()).and_then(|row| row.first()) {
         Some(mssql_cdc_sim::Value::Int(n)) => *n,
@@ -89,7 +91,6 @@ pub async fn run(args: BacklogBench) -> anyhow::Result<ExitCode> {
     };
     let silver_rows = super::bench_silver::count(&files.silver_table).await?;
     anyhow::ensure!(silver_rows == table_rows, "silver holds {silver_rows} rows after catching up, dbo.orders {table_rows}");
-    print_backlog(&args, &made, change_rows, fed.bytes, &caught_up, &peak);
     println!("silver holds {silver_rows} rows, as dbo.orders does");
     Ok(if peak.iter().all(|mb| *mb < RSS_LIMIT_MB) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -80,10 +80,19 @@ fn nullable_column(field: &arrow::datatypes::Field) -> Result<StructField, arrow
 
 /// Rewrites `table` with `columns` cast to their new types, in one commit carrying `metadata`;
 /// column comments are kept. A no-op without columns.
+/// A table with deletion vectors is rewritten on a runtime with room for their reads
+/// ([`super::vector_reads`]).
 pub async fn widen(table: DeltaTable, columns: &[(String, DataType)], metadata: impl IntoIterator<Item = (String, serde_json::Value)>) -> Result<DeltaTable, DeltaError> {
     if columns.is_empty() {
         return Ok(table);
     }
+    let vectors = super::vector_reads::files_with_vectors(&table);
+    let columns = columns.to_vec();
+    let metadata: Vec<(String, serde_json::Value)> = metadata.into_iter().collect();
+    super::vector_reads::with_room_for_vectors(vectors, move || async move { rewrite(table, &columns, metadata).await }).await
+}
+
+async fn rewrite(table: DeltaTable, columns: &[(String, DataType)], metadata: Vec<(String, serde_json::Value)>) -> Result<DeltaTable, DeltaError> {
     let location = table.table_url().to_string();
     let fail = |e: deltalake::datafusion::error::DataFusionError| DeltaError::new(&location, e);
     let ctx = SessionContext::new();

@@ -11,4 +11,5 @@ pub mod query;
 pub mod storage;
 pub mod table;
 pub mod tail;
+pub mod vector_reads;
 pub mod evolve;

@@ -8,8 +8,23 @@ use deltalake::DeltaTable;
 
 use super::table::DeltaError;
 
-/// Runs `sql` over `tables`, each registered under its name.
+/// Runs `sql` over `tables`, each registered under its name. Tables with deletion vectors are
+/// read on a runtime with room for their vector reads ([`super::vector_reads`]).
 pub async fn query(tables: &[(&str, &DeltaTable)], sql: &str) -> Result<Vec<RecordBatch>, DeltaError> {
+    let vectors: usize = tables.iter().map(|(_, table)| super::vector_reads::files_with_vectors(table)).sum();
+    if vectors == 0 {
+        return run(tables, sql).await;
+    }
+    let owned: Vec<(String, DeltaTable)> = tables.iter().map(|(name, table)| ((*name).to_owned(), (*table).clone())).collect();
+    let sql = sql.to_owned();
+    super::vector_reads::with_room_for_vectors(vectors, move || async move {
+        let tables: Vec<(&str, &DeltaTable)> = owned.iter().map(|(name, table)| (name.as_str(), table)).collect();
+        run(&tables, &sql).await
+    })
+    .await
+}
+
+async fn run(tables: &[(&str, &DeltaTable)], sql: &str) -> Result<Vec<RecordBatch>, DeltaError> {
     let ctx = SessionContext::new();
     for (name, table) in tables {
         let location = table.table_url().to_string();

@@ -335,13 +335,18 @@ impl Applier {
             .with_application_transaction(Transaction::new(&self.app_id, batch))
             .with_metadata([("mssql_cdc.rebuilt_from_snapshot".to_owned(), serde_json::json!(lsn))]);
         let predicate = format!("{} < '{}'", ident(START_LSN), lsn.replace('\'', ""));
-        let (table, metrics) = table
-            .delete()
-            .with_predicate(predicate)
-            .with_writer_properties(writer_properties())
-            .with_commit_properties(properties)
-            .await
-            .map_err(|e| SilverError::delta_at(&self.silver_location, e))?;
+        // The delete reads silver through delta-rs's scan: room for its vector reads.
+        let (vectors, location) = (crate::delta::vector_reads::files_with_vectors(&table), self.silver_location.clone());
+        let (table, metrics) = crate::delta::vector_reads::with_room_for_vectors(vectors, move || async move {
+            table
+                .delete()
+                .with_predicate(predicate)
+                .with_writer_properties(writer_properties())
+                .with_commit_properties(properties)
+                .await
+                .map_err(|e| crate::delta::table::DeltaError::new(&location, e))
+        })
+        .await?;
         let removed = metrics.num_deleted_rows.unwrap_or(0) as u64;
         report.deleted += removed;
         report.files_added += metrics.num_added_files as u64;

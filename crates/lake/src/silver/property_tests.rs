@@ -294,3 +294,44 @@ async fn check_the_fold(deletion_vectors: bool) {
         assert!(!deletion_vectors || marked == 0 || optimized.snapshot().unwrap().log_data().iter().count() == 1, "seed {seed}: {marked} files keep a vector after optimize");
     }
 }
+
+/// Invariant: silver kept by deletion vectors reads back whole even when its files with vectors
+/// outnumber the reader's blocking threads. delta-rs starts one blocking task per vector at
+/// once and each waits for a read that needs another blocking thread
+/// (delta-io/delta-rs#4657); [`crate::delta::vector_reads`] gives such reads a runtime with
+/// room for them. Here the reader's runtime has a single blocking thread, so one file with a
+/// vector would hang a read on it.
+#[test]
+fn a_table_with_more_vectors_than_blocking_threads_reads_back() {
+    let setup = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (silver, expected) = setup.block_on(async {
+        for seed in 0..12 {
+            let seed_dir = dir.path().join(seed.to_string());
+            let batches = stream(&mut StdRng::seed_from_u64(seed));
+            let (bronze, facts) = (seed_dir.join("bronze").display().to_string(), seed_dir.join("facts").display().to_string());
+            write_bronze(&bronze, &facts, &batches).await;
+            let mut applier = Applier::open(&options(&seed_dir, "silver-app", "control", (1, 100_000), true), Storage::new()).await.unwrap();
+            while applier.step().await.unwrap().batches > 0 {}
+            let silver = table::open(&seed_dir.join("silver").display().to_string(), &Storage::new()).await.unwrap();
+            if let Some(silver) = silver.filter(|t| crate::delta::vector_reads::files_with_vectors(t) > 0) {
+                return (silver, reference(&batches));
+            }
+        }
+        panic!("no seed left a file with a deletion vector in silver");
+    });
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let tight = tokio::runtime::Builder::new_multi_thread().worker_threads(2).max_blocking_threads(1).enable_all().build().unwrap();
+        let rows = tight.block_on(query(&[("silver", &silver)], "SELECT id, value FROM silver")).unwrap();
+        let mut state = BTreeMap::new();
+        for batch in rows {
+            let ids = batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+            let values = batch.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+            state.extend((0..batch.num_rows()).map(|i| (ids.value(i), values.value(i))));
+        }
+        let _ = sender.send(state);
+    });
+    let read = receiver.recv_timeout(std::time::Duration::from_secs(120)).expect("the read of a table with deletion vectors ended within 2 minutes");
+    assert_eq!(read, expected);
+}
