@@ -406,7 +406,7 @@ fn print_report(args: &ReportBench, drained: &Drained, steady: &[Steady], kafka_
     let rate = |(count, secs): (u64, f64)| if secs > 0.0 { count as f64 / secs } else { 0.0 };
     let share = |part: f64, whole: f64| if whole > 0.0 { 100.0 * part / whole } else { 0.0 };
     // A rate from the first commit to the last needs two commits at least.
-    let streaming = |rate: f64, of: f64| if rate > 0.0 { format!("streaming {rate:.0} rows/s, {:.0}%", share(rate, of)) } else { "under two commits: no streaming rate".into() };
+    let streaming = |rate: f64, of: f64| if rate > 0.0 { format!("streaming {rate:.0} rows/s, {:.0}%", share(rate, of)) } else { "no streaming rate (fewer than two batches or commits)".into() };
     let (source_rate, bare_read) = (rows / drained.source_secs, rate(drained.bare_read));
     println!(
         "| source: backlog of {} change rows, TDS → Kafka | {source_rate:.0} rows/s, {:.1} MB/s ({} batches; process start included), {:.0}% of the bare read; {} | bare tiberius read of the same change rows: {bare_read:.0} rows/s; bare rdkafka producer, same records: {:.0} rows/s |",

@@ -332,6 +332,9 @@ fn a_table_with_more_vectors_than_blocking_threads_reads_back() {
         }
         let _ = sender.send(state);
     });
-    let read = receiver.recv_timeout(std::time::Duration::from_secs(120)).expect("the read of a table with deletion vectors ended within 2 minutes");
-    assert_eq!(read, expected);
+    match receiver.recv_timeout(std::time::Duration::from_secs(120)) {
+        Ok(read) => assert_eq!(read, expected),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("the read of a table with deletion vectors hung for 2 minutes"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the read of a table with deletion vectors failed (its thread panicked)"),
+    }
 }
