@@ -130,7 +130,7 @@ async fn source(args: SourceBench, then_bronze: bool) -> anyhow::Result<ExitCode
     task.await??;
     let cluster = kafka.clone();
     let published = off_runtime(move || controls(&cluster, "bench.sales.dbo.orders")).await?;
-    let streaming = streaming_rate(&published);
+    let streaming = Landed::of_controls(&published).streaming_rate();
 
     // Baseline: the same records, produced raw.
     let (records, acked, raw_secs, raw_bytes) = raw_producer_baseline(&kafka, "bench.sales.dbo.orders").await?;
@@ -366,16 +366,44 @@ fn read_topic(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<(Vec<u8>, 
     Ok(read_all(kafka, topic, Some(Duration::from_secs(3)))?.into_iter().map(|record| (record.key, record.value)).collect())
 }
 
-/// The source's rate once streaming: the rows of every batch after the first over the time
-/// from the first batch's publication to the last's (0 with fewer than two batches).
-pub(super) fn streaming_rate(published: &[mssql_cdc_core::log::ControlRecord]) -> f64 {
-    let times: Vec<_> = published.iter().filter_map(|c| c.metrics.published_at.map(|t| (t, c.rows))).collect();
-    match (times.first(), times.last()) {
-        (Some((first, _)), Some((last, _))) if last > first => {
-            let rows: u64 = times[1..].iter().map(|(_, rows)| rows).sum();
-            rows as f64 / ((*last - *first).num_microseconds().unwrap_or(1) as f64 / 1e6)
+/// When a stage's output landed, by the stage's own clock: each batch's control record
+/// (`published_at`) or each bronze commit's facts (`written_at`) with its rows, in order. Empty
+/// entries (heartbeats) are left out.
+pub(super) struct Landed(Vec<(chrono::DateTime<chrono::Utc>, u64)>);
+
+impl Landed {
+    pub(super) fn new(mut entries: Vec<(chrono::DateTime<chrono::Utc>, u64)>) -> Self {
+        entries.retain(|(_, rows)| *rows > 0);
+        entries.sort_by_key(|(at, _)| *at);
+        Self(entries)
+    }
+
+    /// The source's batches, from its control records.
+    pub(super) fn of_controls(published: &[mssql_cdc_core::log::ControlRecord]) -> Self {
+        Self::new(published.iter().filter_map(|c| c.metrics.published_at.map(|t| (t, c.rows))).collect())
+    }
+
+    /// The rate once streaming: the rows of every entry after the first over the time from the
+    /// first to the last (0 with fewer than two).
+    pub(super) fn streaming_rate(&self) -> f64 {
+        match (self.0.first(), self.0.last()) {
+            (Some((first, _)), Some((last, _))) if last > first => {
+                let rows: u64 = self.0[1..].iter().map(|(_, rows)| rows).sum();
+                rows as f64 / ((*last - *first).num_microseconds().unwrap_or(1) as f64 / 1e6)
+            }
+            _ => 0.0,
         }
-        _ => 0.0,
+    }
+
+    /// Seconds from `since` (the stage's spawn) until the entry that brought the rows to
+    /// `rows` landed; `None` when they never did. Unlike a poll from outside, this leaves out
+    /// the time the bench takes to notice.
+    pub(super) fn seconds_until(&self, rows: u64, since: chrono::DateTime<chrono::Utc>) -> Option<f64> {
+        let mut total = 0;
+        self.0.iter().find_map(|(at, landed)| {
+            total += landed;
+            (total >= rows).then(|| (*at - since).num_microseconds().unwrap_or(0) as f64 / 1e6)
+        })
     }
 }
 
@@ -398,4 +426,23 @@ pub(super) fn peak_rss_mb() -> f64 {
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Landed;
+    use chrono::{TimeZone, Utc};
+
+    /// A stage's time ends where its last rows landed, not at a heartbeat written after them,
+    /// and its streaming rate leaves the first batch (the start) out.
+    #[test]
+    fn landed_times_end_at_the_last_rows() {
+        let at = |ms: i64| Utc.timestamp_millis_opt(1_000_000 + ms).single().unwrap_or_default();
+        let landed = Landed::new(vec![(at(3_000), 0), (at(500), 100), (at(1_000), 200), (at(1_500), 300)]);
+        assert_eq!(landed.seconds_until(600, at(0)), Some(1.5));
+        assert_eq!(landed.seconds_until(300, at(0)), Some(1.0));
+        assert_eq!(landed.seconds_until(601, at(0)), None);
+        assert_eq!(landed.streaming_rate(), 500.0);
+        assert_eq!(Landed::new(vec![(at(1), 5)]).streaming_rate(), 0.0);
+    }
 }

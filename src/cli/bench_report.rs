@@ -42,7 +42,7 @@ use mssql_cdc_testkit::process::Log;
 use mssql_cdc_testkit::stats::{latencies, percentile};
 use mssql_cdc_testkit::stage::StageProcess;
 
-use super::bench::{bare_read, consumer_parquet_baseline, parquet_baseline, raw_producer_baseline, streaming_rate};
+use super::bench::{bare_read, consumer_parquet_baseline, parquet_baseline, raw_producer_baseline, Landed};
 use super::services::Services;
 
 #[derive(Debug, clap::Args)]
@@ -205,14 +205,20 @@ struct Drained {
     rows: u64,
     bytes: u64,
     batches: u64,
+    /// From the spawn to the control record that completed the rows, by the stage's clock.
     source_secs: f64,
+    /// From the spawn to its first batch's control record.
+    source_first_secs: f64,
     /// The source's rate from its first batch's publication to its last (setup left out).
     source_streaming: f64,
     /// The same change rows read by a bare tiberius query: (rows, seconds).
     bare_read: (u64, f64),
     raw_acked: u64,
     raw_secs: f64,
+    /// From the spawn to the commit that completed the rows, by the stage's clock.
     bronze_secs: f64,
+    /// From the spawn to its first commit.
+    bronze_first_secs: f64,
     /// Bronze's rate from its first commit to its last (setup left out).
     bronze_streaming: f64,
     bronze_metrics: String,
@@ -278,23 +284,32 @@ pub(super) async fn drain(files: &Files, connector: &Path, dir: &Path, kafka: &K
 /// written with the read left out). Returns the three stages, still running.
 async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaConfig, files: &Files, dir: &Path) -> anyhow::Result<(Vec<StageProcess>, Drained)> {
     let expected = sim.changes("dbo_orders").len() as u64;
-    let (source, source_secs) = drain(files, &files.source, dir, kafka, Until::Published(expected)).await?;
+    let spawned = Utc::now();
+    let (source, polled_secs) = drain(files, &files.source, dir, kafka, Until::Published(expected)).await?;
     let fed = totals(kafka, TOPIC)?;
     let (cluster, topic) = (kafka.clone(), TOPIC);
-    let source_streaming = streaming_rate(&super::bench::off_runtime(move || controls(&cluster, topic)).await?);
+    let published = Landed::of_controls(&super::bench::off_runtime(move || controls(&cluster, topic)).await?);
+    // From the spawn to the control record that completed the rows, by the stage's clock.
+    let source_secs = published.seconds_until(fed.rows, spawned).unwrap_or(polled_secs);
+    let source_first_secs = published.seconds_until(1, spawned).unwrap_or(0.0);
+    let source_streaming = published.streaming_rate();
     let bare_read = bare_read(sim_address, "SELECT * FROM cdc.dbo_orders_CT ORDER BY __$start_lsn, __$seqval, __$operation").await?;
     let (_, raw_acked, raw_secs, _) = raw_producer_baseline(kafka, TOPIC).await?;
-    eprintln!("bench: source {} rows in {source_secs:.1} s; bare TDS read {} in {:.1} s; raw producer {raw_acked} in {raw_secs:.1} s", fed.rows, bare_read.0, bare_read.1);
+    eprintln!("bench: source {} rows in {source_secs:.2} s ({polled_secs:.2} s polled); bare TDS read {} in {:.1} s; raw producer {raw_acked} in {raw_secs:.1} s", fed.rows, bare_read.0, bare_read.1);
 
     let last_batch = fed.batches as i64 - 1;
     let facts_app = facts_app_id(BRONZE_APP);
     let until = Until::Facts { table: &files.facts_table, app: &facts_app, batch: last_batch };
-    let (bronze, bronze_secs) = drain(files, &files.bronze, dir, kafka, until).await?;
+    let spawned = Utc::now();
+    let (bronze, polled_secs) = drain(files, &files.bronze, dir, kafka, until).await?;
     let bronze_metrics = bronze.scrape().unwrap_or_default();
-    let bronze_streaming = bronze_streaming_rate(&files.facts_table).await?;
+    let written = bronze_commits(&files.facts_table).await?;
+    let bronze_secs = written.seconds_until(fed.rows, spawned).unwrap_or(polled_secs);
+    let bronze_first_secs = written.seconds_until(1, spawned).unwrap_or(0.0);
+    let bronze_streaming = written.streaming_rate();
     let consumer_parquet = consumer_parquet_baseline(kafka, TOPIC, fed.rows, dir).await?;
     let (parquet_rows, _, decode_secs, write_secs) = parquet_baseline(kafka, TOPIC, dir).await?;
-    eprintln!("bench: bronze in {bronze_secs:.1} s; bare consumer + parquet {:.1} s; decode+parquet {:.1} s", consumer_parquet.1, decode_secs + write_secs);
+    eprintln!("bench: bronze in {bronze_secs:.2} s ({polled_secs:.2} s polled); bare consumer + parquet {:.1} s; decode+parquet {:.1} s", consumer_parquet.1, decode_secs + write_secs);
 
     let silver_url = table::table_url(&files.silver_table)?.to_string();
     let until = Until::Applied { control: &files.control_table, url: &silver_url, batch: last_batch };
@@ -305,11 +320,13 @@ async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaCo
         bytes: fed.bytes,
         batches: fed.batches,
         source_secs,
+        source_first_secs,
         source_streaming,
         bare_read,
         raw_acked,
         raw_secs,
         bronze_secs,
+        bronze_first_secs,
         bronze_streaming,
         bronze_metrics,
         parquet_rows,
@@ -321,25 +338,22 @@ async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaCo
     Ok((vec![source, bronze, silver], drained))
 }
 
-/// Bronze's rate once streaming, from the facts table: the rows of every commit after the
-/// first over the time from the first commit's `written_at` to the last's (0 with fewer than
-/// two commits), as the source's streaming rate is taken from its control records.
-async fn bronze_streaming_rate(facts_table: &str) -> anyhow::Result<f64> {
+/// Bronze's commits, from the facts table: each commit's `written_at` with the rows of its
+/// batches, as the source's batches are taken from its control records.
+async fn bronze_commits(facts_table: &str) -> anyhow::Result<Landed> {
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::Int64Type;
 
-    let Some(facts) = table::open(facts_table, &Default::default()).await? else { return Ok(0.0) };
+    let Some(facts) = table::open(facts_table, &Default::default()).await? else { return Ok(Landed::new(Vec::new())) };
     let sql = "SELECT CAST(written_at AS BIGINT) AS at, CAST(SUM(rows) AS BIGINT) AS rows FROM facts WHERE event = 'batch' GROUP BY written_at ORDER BY at";
     let batches = mssql_cdc_lake::delta::query::query(&[("facts", &facts)], sql).await?;
     let mut commits = Vec::new();
     for batch in &batches {
         let (at, rows) = (batch.column(0).as_primitive::<Int64Type>(), batch.column(1).as_primitive::<Int64Type>());
-        commits.extend((0..batch.num_rows()).filter(|i| at.is_valid(*i) && rows.is_valid(*i)).map(|i| (at.value(i), rows.value(i))));
+        let valid = (0..batch.num_rows()).filter(|i| at.is_valid(*i) && rows.is_valid(*i));
+        commits.extend(valid.filter_map(|i| Some((DateTime::from_timestamp_micros(at.value(i))?, u64::try_from(rows.value(i)).ok()?))));
     }
-    Ok(match (commits.first(), commits.last()) {
-        (Some((first, _)), Some((last, _))) if last > first => commits[1..].iter().map(|(_, rows)| *rows as f64).sum::<f64>() / ((last - first) as f64 / 1e6),
-        _ => 0.0,
-    })
+    Ok(Landed::new(commits))
 }
 
 /// What phase 3 measured.
@@ -409,19 +423,21 @@ fn print_report(args: &ReportBench, drained: &Drained, steady: &[Steady], kafka_
     let streaming = |rate: f64, of: f64| if rate > 0.0 { format!("streaming {rate:.0} rows/s, {:.0}%", share(rate, of)) } else { "no streaming rate (fewer than two batches or commits)".into() };
     let (source_rate, bare_read) = (rows / drained.source_secs, rate(drained.bare_read));
     println!(
-        "| source: backlog of {} change rows, TDS → Kafka | {source_rate:.0} rows/s, {:.1} MB/s ({} batches; process start included), {:.0}% of the bare read; {} | bare tiberius read of the same change rows: {bare_read:.0} rows/s; bare rdkafka producer, same records: {:.0} rows/s |",
+        "| source: backlog of {} change rows, TDS → Kafka | {source_rate:.0} rows/s, {:.1} MB/s ({} batches; process start included, first batch at {:.0} ms), {:.0}% of the bare read; {} | bare tiberius read of the same change rows: {bare_read:.0} rows/s; bare rdkafka producer, same records: {:.0} rows/s |",
         drained.rows,
         mb / drained.source_secs,
         drained.batches,
+        drained.source_first_secs * 1000.0,
         share(source_rate, bare_read),
         streaming(drained.source_streaming, bare_read),
         drained.raw_acked as f64 / drained.raw_secs
     );
     let (bronze_rate, consumer_parquet) = (rows / drained.bronze_secs, rate(drained.consumer_parquet));
     println!(
-        "| bronze: the same feed → Delta, with facts | {bronze_rate:.0} rows/s, {:.1} MB/s ({:.0} ms per batch commit; process start included), {:.0}% of the bare consumer; {} | bare rdkafka consumer + JSON decode + one Parquet file: {consumer_parquet:.0} rows/s; decode + Parquet alone (read left out): {:.0} rows/s |",
+        "| bronze: the same feed → Delta, with facts | {bronze_rate:.0} rows/s, {:.1} MB/s ({:.0} ms per batch commit; process start included, first commit at {:.0} ms), {:.0}% of the bare consumer; {} | bare rdkafka consumer + JSON decode + one Parquet file: {consumer_parquet:.0} rows/s; decode + Parquet alone (read left out): {:.0} rows/s |",
         mb / drained.bronze_secs,
         bronze_commit * 1000.0,
+        drained.bronze_first_secs * 1000.0,
         share(bronze_rate, consumer_parquet),
         streaming(drained.bronze_streaming, consumer_parquet),
         drained.parquet_rows as f64 / drained.parquet_secs
@@ -529,7 +545,7 @@ async fn kafka_round_trips(kafka: &KafkaConfig, count: usize) -> anyhow::Result<
             .set("group.id", format!("bench-latency-{}", uuid::Uuid::new_v4()))
             .set("auto.offset.reset", "latest")
             .set("enable.auto.commit", "false")
-            .set("fetch.wait.max.ms", "100")
+            .set("fetch.wait.max.ms", mssql_cdc_lake::bronze::feed::CONTROL_FETCH_WAIT_MS.to_string())
             .create()?;
         consumer.subscribe(&[&topic])?;
         // Wait for the assignment before sending.

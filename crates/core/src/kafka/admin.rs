@@ -55,7 +55,11 @@ pub async fn list_topics(kafka: &KafkaConfig) -> Result<Vec<String>, AdminError>
 pub async fn ensure_topics(kafka: &KafkaConfig, topics: &[(&str, i32)]) -> Result<(), AdminError> {
     let admin: AdminClient<DefaultClientContext> = kafka.client_config()?.create()?;
     let requests: Vec<NewTopic<'_>> = topics.iter().map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(-1))).collect();
-    for result in admin.create_topics(&requests, &AdminOptions::new()).await? {
+    let results = admin.create_topics(&requests, &AdminOptions::new()).await;
+    // rust-rdkafka's drop joins the admin client's polling thread, which wakes every 100 ms:
+    // that wait is left to the blocking pool instead of the caller's start.
+    tokio::task::spawn_blocking(move || drop(admin));
+    for result in results? {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((topic, code)) => return Err(AdminError::Refused { topic, code }),

@@ -28,6 +28,12 @@ use mssql_cdc_core::log::control::{ControlRecord, PartitionRange};
 const RANGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often a sink started before its topics exist looks for them again.
 const TOPIC_POLL: Duration = Duration::from_millis(500);
+/// The control consumer's `fetch.wait.max.ms`: the longest a caught-up fetch waits. Kafka
+/// answers a fetch as soon as a record lands; the embedded broker holds it for the wait, so
+/// the wait is added to a new record's latency there (librdkafka's 500 ms default cost up to
+/// half a second per batch, 100 ms up to 100 ms). An idle sink sends about 1,000 / this
+/// many fetches a second.
+pub const CONTROL_FETCH_WAIT_MS: u64 = 25;
 
 fn kafka(error: impl std::fmt::Display) -> BronzeError {
     BronzeError::Kafka(error.to_string())
@@ -60,9 +66,9 @@ impl Feed {
         dead_letter_topic: Option<&str>,
     ) -> Result<Self, BronzeError> {
         let mut config = cluster.client_config().map_err(kafka)?;
-        // A new control record is wanted soon after it lands: a short long-poll (librdkafka's
-        // default is 500 ms) bounds that wait. A user's `properties` may override it.
-        config.set("fetch.wait.max.ms", "100");
+        // A new control record is wanted soon after it lands: a short long-poll bounds that
+        // wait. A user's `properties` may override it.
+        config.set("fetch.wait.max.ms", CONTROL_FETCH_WAIT_MS.to_string());
         for (key, value) in properties.iter() {
             config.set(key, value.to_string());
         }

@@ -28,7 +28,7 @@ use crate::publish::Publisher;
 use crate::reader::{self, Instance, ServerState};
 use mssql_cdc_core::kafka::KafkaConfig;
 use mssql_cdc_core::log::registry::SchemaRegistry;
-use mssql_cdc_core::log::control::SnapshotKind;
+use mssql_cdc_core::log::control::{ControlRecord, SnapshotKind};
 use mssql_cdc_core::log::debezium::event::EventSettings;
 use mssql_cdc_core::log::debezium::TableNames;
 use mssql_cdc_core::log::schema::TableSchema;
@@ -82,6 +82,10 @@ struct Setup {
     newer: Option<Instance>,
     /// Events for the next published batch (a switch found at start).
     pending: Vec<mssql_cdc_core::log::control::Event>,
+    /// The control topic's last record (with its offset) as this setup read it, for the
+    /// first start position to use rather than read the topic a second time; `None` once
+    /// taken.
+    resume: Option<Option<(i64, ControlRecord)>>,
 }
 
 /// A run of transient SQL Server failures.
@@ -225,6 +229,8 @@ impl Stream {
             None => self.setup(conn).await?,
         };
         let ready = setup.insert(ready);
+        // Read by this setup; a later start (after a failed one) reads the topic again.
+        let resume = if position.is_none() { ready.resume.take() } else { None };
         if ready.retention_minutes.is_some() && ready.retention_read_at.elapsed() >= RETENTION_REFRESH {
             // A DBA may change the cleanup job's retention while the stream runs.
             ready.retention_read_at = Instant::now();
@@ -240,7 +246,7 @@ impl Stream {
         let start = match position.take() {
             Some(start) => start,
             None => {
-                let mut start = self.start_position(setup, &state).await?;
+                let mut start = self.start_position(setup, &state, resume).await?;
                 if let Some(request) = self.request {
                     self.request_snapshot(conn, setup, &mut start, &state, request).await?;
                 }
@@ -302,7 +308,8 @@ impl Stream {
         let (data_topic, control_topic) = offset::topics(&self.options.topic_prefix, &database, &instance.source_schema, &instance.source_table);
         self.publisher.ensure_topics(&data_topic, self.options.topic_partitions, &control_topic).await?;
         // The stream goes on with the instance its last batch read, where that is still there.
-        let last = self.publisher.last_control_at(&control_topic).await?.map(|(_, record)| record);
+        let resume = self.publisher.last_control_at(&control_topic).await?;
+        let last = resume.as_ref().map(|(_, record)| record);
         let mut pending = Vec::new();
         if let Some(record) = last.as_ref().filter(|r| r.capture_instance != instance.name) {
             match all.iter().find(|i| i.name == record.capture_instance && i.same_table(&instance)) {
@@ -371,6 +378,7 @@ impl Stream {
             instances_read_at: Instant::now() - switch::INSTANCE_REFRESH,
             newer: None,
             pending,
+            resume: Some(resume),
         })
     }
 
@@ -401,8 +409,13 @@ impl Stream {
         Ok(mssql_cdc_core::log::control::Event::CaptureInstanceSwitched { from: record.capture_instance.clone(), to: instance.name.clone(), start_lsn: instance.start_lsn, gained: Vec::new(), lost: Vec::new() })
     }
 
-    async fn start_position(&self, setup: &Setup, state: &ServerState) -> Result<Position, SourceError> {
-        let last = self.publisher.last_control_at(&setup.control_topic).await?;
+    /// Where the stream starts: after the control topic's last record (`resume`, when the
+    /// setup just read it; read again otherwise), or at `starting_lsn` on a new stream.
+    async fn start_position(&self, setup: &Setup, state: &ServerState, resume: Option<Option<(i64, ControlRecord)>>) -> Result<Position, SourceError> {
+        let last = match resume {
+            Some(read) => read,
+            None => self.publisher.last_control_at(&setup.control_topic).await?,
+        };
         let position = match last {
             Some((offset, mut record)) => {
                 // The plan's own batch: the records after it name its offset.

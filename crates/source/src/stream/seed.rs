@@ -81,9 +81,10 @@ impl Stream {
     /// where the stream then stands (`None` when cancelled first; a rerun resumes).
     pub async fn seed(self, request: &SeedRequest, copy: &dyn CopySource, cancel: CancellationToken) -> Result<Option<StreamOffset>, SourceError> {
         let mut conn = self.connector.connect().await?;
-        let setup = self.setup(&mut conn).await?;
+        let mut setup = self.setup(&mut conn).await?;
         let state = reader::server_state(&mut conn, &self.connector, &setup.instance.name).await?;
-        let mut position = self.start_position(&setup, &state).await?;
+        let resume = setup.resume.take();
+        let mut position = self.start_position(&setup, &state, resume).await?;
         position.open_next = None;
         let lsn = self.seed_lsn(&mut conn, &setup, &state, request.as_of).await?;
         let action = decide(&position, lsn, copy.identity(), request.reseed).map_err(|message| seed_error(&setup, message))?;
