@@ -207,8 +207,8 @@ struct Drained {
     batches: u64,
     /// From the spawn to the control record that completed the rows, by the stage's clock.
     source_secs: f64,
-    /// From the spawn to its first batch's control record.
-    source_first_secs: f64,
+    /// From the spawn to its first batch's control record, when recorded.
+    source_first_secs: Option<f64>,
     /// The source's rate from its first batch's publication to its last (setup left out).
     source_streaming: f64,
     /// The same change rows read by a bare tiberius query: (rows, seconds).
@@ -217,8 +217,8 @@ struct Drained {
     raw_secs: f64,
     /// From the spawn to the commit that completed the rows, by the stage's clock.
     bronze_secs: f64,
-    /// From the spawn to its first commit.
-    bronze_first_secs: f64,
+    /// From the spawn to its first commit, when recorded.
+    bronze_first_secs: Option<f64>,
     /// Bronze's rate from its first commit to its last (setup left out).
     bronze_streaming: f64,
     bronze_metrics: String,
@@ -290,8 +290,8 @@ async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaCo
     let (cluster, topic) = (kafka.clone(), TOPIC);
     let published = Landed::of_controls(&super::bench::off_runtime(move || controls(&cluster, topic)).await?);
     // From the spawn to the control record that completed the rows, by the stage's clock.
-    let source_secs = published.seconds_until(fed.rows, spawned).unwrap_or(polled_secs);
-    let source_first_secs = published.seconds_until(1, spawned).unwrap_or(0.0);
+    let source_secs = by_records("source", published.seconds_until(fed.rows, spawned), polled_secs);
+    let source_first_secs = published.seconds_until(1, spawned);
     let source_streaming = published.streaming_rate();
     let bare_read = bare_read(sim_address, "SELECT * FROM cdc.dbo_orders_CT ORDER BY __$start_lsn, __$seqval, __$operation").await?;
     let (_, raw_acked, raw_secs, _) = raw_producer_baseline(kafka, TOPIC).await?;
@@ -304,8 +304,8 @@ async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaCo
     let (bronze, polled_secs) = drain(files, &files.bronze, dir, kafka, until).await?;
     let bronze_metrics = bronze.scrape().unwrap_or_default();
     let written = bronze_commits(&files.facts_table).await?;
-    let bronze_secs = written.seconds_until(fed.rows, spawned).unwrap_or(polled_secs);
-    let bronze_first_secs = written.seconds_until(1, spawned).unwrap_or(0.0);
+    let bronze_secs = by_records("bronze", written.seconds_until(fed.rows, spawned), polled_secs);
+    let bronze_first_secs = written.seconds_until(1, spawned);
     let bronze_streaming = written.streaming_rate();
     let consumer_parquet = consumer_parquet_baseline(kafka, TOPIC, fed.rows, dir).await?;
     let (parquet_rows, _, decode_secs, write_secs) = parquet_baseline(kafka, TOPIC, dir).await?;
@@ -336,6 +336,15 @@ async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaCo
         silver_metrics,
     };
     Ok((vec![source, bronze, silver], drained))
+}
+
+/// A stage's time by its own records, or by the bench's poll (said on stderr) when its records
+/// do not account for every row.
+fn by_records(stage: &str, recorded: Option<f64>, polled: f64) -> f64 {
+    recorded.unwrap_or_else(|| {
+        eprintln!("bench: {stage}'s records do not account for every row: its time is the bench's poll ({polled:.2} s), up to ~1 s late");
+        polled
+    })
 }
 
 /// Bronze's commits, from the facts table: each commit's `written_at` with the rows of its
@@ -418,26 +427,27 @@ fn print_report(args: &ReportBench, drained: &Drained, steady: &[Steady], kafka_
     println!("| measure | mssql-cdc | baseline, same run |");
     println!("|---|---|---|");
     let rate = |(count, secs): (u64, f64)| if secs > 0.0 { count as f64 / secs } else { 0.0 };
+    let millis = |secs: Option<f64>| secs.map_or("an unrecorded time".to_owned(), |secs| format!("{:.0} ms", secs * 1000.0));
     let share = |part: f64, whole: f64| if whole > 0.0 { 100.0 * part / whole } else { 0.0 };
     // A rate from the first commit to the last needs two commits at least.
     let streaming = |rate: f64, of: f64| if rate > 0.0 { format!("streaming {rate:.0} rows/s, {:.0}%", share(rate, of)) } else { "no streaming rate (fewer than two batches or commits)".into() };
     let (source_rate, bare_read) = (rows / drained.source_secs, rate(drained.bare_read));
     println!(
-        "| source: backlog of {} change rows, TDS → Kafka | {source_rate:.0} rows/s, {:.1} MB/s ({} batches; process start included, first batch at {:.0} ms), {:.0}% of the bare read; {} | bare tiberius read of the same change rows: {bare_read:.0} rows/s; bare rdkafka producer, same records: {:.0} rows/s |",
+        "| source: backlog of {} change rows, TDS → Kafka | {source_rate:.0} rows/s, {:.1} MB/s ({} batches; process start included, first batch at {}), {:.0}% of the bare read; {} | bare tiberius read of the same change rows: {bare_read:.0} rows/s; bare rdkafka producer, same records: {:.0} rows/s |",
         drained.rows,
         mb / drained.source_secs,
         drained.batches,
-        drained.source_first_secs * 1000.0,
+        millis(drained.source_first_secs),
         share(source_rate, bare_read),
         streaming(drained.source_streaming, bare_read),
         drained.raw_acked as f64 / drained.raw_secs
     );
     let (bronze_rate, consumer_parquet) = (rows / drained.bronze_secs, rate(drained.consumer_parquet));
     println!(
-        "| bronze: the same feed → Delta, with facts | {bronze_rate:.0} rows/s, {:.1} MB/s ({:.0} ms per batch commit; process start included, first commit at {:.0} ms), {:.0}% of the bare consumer; {} | bare rdkafka consumer + JSON decode + one Parquet file: {consumer_parquet:.0} rows/s; decode + Parquet alone (read left out): {:.0} rows/s |",
+        "| bronze: the same feed → Delta, with facts | {bronze_rate:.0} rows/s, {:.1} MB/s ({:.0} ms per batch commit; process start included, first commit at {}), {:.0}% of the bare consumer; {} | bare rdkafka consumer + JSON decode + one Parquet file: {consumer_parquet:.0} rows/s; decode + Parquet alone (read left out): {:.0} rows/s |",
         mb / drained.bronze_secs,
         bronze_commit * 1000.0,
-        drained.bronze_first_secs * 1000.0,
+        millis(drained.bronze_first_secs),
         share(bronze_rate, consumer_parquet),
         streaming(drained.bronze_streaming, consumer_parquet),
         drained.parquet_rows as f64 / drained.parquet_secs

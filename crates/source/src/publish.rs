@@ -151,18 +151,18 @@ impl Publisher {
     }
 
     /// Creates the data topic (`partitions`) and the control topic (one partition) if missing.
-    /// Meanwhile the producer connects ([`Producing::connect`]), so the first batch finds it
-    /// ready.
+    /// Then the producer connects in the background ([`Producing::connect`]), so that its
+    /// producer id is in hand when the first batch is sent.
     pub async fn ensure_topics(&self, data: &str, partitions: i32, control: &str) -> Result<(), SourceError> {
-        let topic = data.to_owned();
-        let connecting = off_runtime(&self.producer, move |producer| producer.connect(&topic));
-        let topics = [(data, partitions), (control, 1)];
-        let (created, connected) = tokio::join!(admin::ensure_topics(&self.cluster, &topics), connecting);
-        if let Err(error) = connected {
-            // Best effort: a real fault shows again, with its cause, on the first send.
-            tracing::debug!(topic = data, error = %error, "the producer's metadata request failed; its first send will retry");
-        }
-        created.map_err(kafka)
+        admin::ensure_topics(&self.cluster, &[(data, partitions), (control, 1)]).await.map_err(kafka)?;
+        let (producer, topic) = (self.producer.clone(), data.to_owned());
+        tokio::task::spawn_blocking(move || {
+            if let Err(error) = producer.connect(&topic) {
+                // A real fault shows again, with its cause, on the first send.
+                tracing::debug!(topic, error = %error, "the producer's metadata request failed; its first send will retry");
+            }
+        });
+        Ok(())
     }
 
     /// Starts a new set of records: forgets earlier acknowledgements, except those of a set
@@ -308,7 +308,10 @@ impl Producing {
         for (key, value) in properties.iter() {
             config.set(key, value.to_string());
         }
-        config.set("enable.idempotence", "true").set("acks", "all");
+        // Topics are created by `ensure_topics` with their partition counts: a metadata
+        // request of this producer must never have the broker create one with its defaults
+        // (librdkafka lets producers ask for that unless told not to).
+        config.set("enable.idempotence", "true").set("acks", "all").set("allow.auto.create.topics", "false");
         let acks = Arc::new(AckState::default());
         let producer = config.create_with_context(AckContext { state: acks.clone() }).map_err(kafka)?;
         Ok(Self { producer, acks, client, flush_timeout: Duration::from_secs(120) })

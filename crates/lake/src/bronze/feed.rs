@@ -14,6 +14,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
+use super::arrivals::Arrivals;
 use super::error::BronzeError;
 use super::records::DataRecord;
 use mssql_cdc_core::kafka::config::Properties;
@@ -216,11 +217,6 @@ impl Feed {
     }
 }
 
-/// The lowest named offset of `partition` that has not arrived, if any.
-fn first_missing(seen: &mut [Seen], partition: i32) -> Option<i64> {
-    seen.iter_mut().filter(|range| range.partition == partition).filter_map(Seen::first_missing).min()
-}
-
 /// Where a read fetches its partitions again from (see [`seek`] for the brokers that need
 /// it). A partition is fetched again, from further back each time ([`StepBack`]), when a
 /// record arrives past a named record that has not (the fetch skipped it), or when it has
@@ -246,12 +242,10 @@ impl Rewind {
     /// not look like a skip.
     const SILENT: Duration = Duration::from_secs(3);
 
-    fn new(wanted: &BTreeMap<i32, Vec<(i64, i64)>>) -> Self {
+    /// Each partition as assigned at `starts` (partition, offset).
+    fn new(starts: impl Iterator<Item = (i32, i64)>) -> Self {
         let now = Instant::now();
-        let partitions = wanted
-            .iter()
-            .map(|(partition, spans)| (*partition, Cursor { assigned: spans.iter().map(|(first, _)| *first).min().unwrap_or(0), at: now, delivered: false, back: StepBack::default() }))
-            .collect();
+        let partitions = starts.map(|(partition, assigned)| (partition, Cursor { assigned, at: now, delivered: false, back: StepBack::default() })).collect();
         Self { partitions, logged: false }
     }
 
@@ -277,52 +271,6 @@ impl Rewind {
         let start = cursor.back.next(cursor.assigned, missing)?;
         cursor.assigned = start;
         Some(start)
-    }
-}
-
-/// The offsets of one range that arrived: one bit per offset.
-struct Seen {
-    partition: i32,
-    first: i64,
-    last: i64,
-    bits: Vec<u64>,
-    count: u64,
-    /// How many leading words of `bits` are full.
-    full_words: usize,
-}
-
-impl Seen {
-    /// The lowest offset of the range that has not arrived, if any. The words before the
-    /// first one with a gap are not looked at again.
-    fn first_missing(&mut self) -> Option<i64> {
-        let span = self.last.saturating_sub(self.first).saturating_add(1);
-        while self.bits.get(self.full_words).is_some_and(|slot| *slot == u64::MAX) {
-            self.full_words += 1;
-        }
-        let slot = self.bits.get(self.full_words)?;
-        let at = i64::try_from(self.full_words * 64).ok()?.saturating_add(i64::from(slot.trailing_ones()));
-        (at < span).then(|| self.first + at)
-    }
-
-    fn new(range: &PartitionRange) -> Self {
-        let span = usize::try_from(range.last_offset.saturating_sub(range.first_offset).saturating_add(1)).unwrap_or(0);
-        Self { partition: range.partition, first: range.first_offset, last: range.last_offset, bits: vec![0; span.div_ceil(64)], count: 0, full_words: 0 }
-    }
-
-    /// Whether `(partition, offset)` lies in this range and arrives for the first time.
-    fn first_time(&mut self, partition: i32, offset: i64) -> bool {
-        if partition != self.partition || offset < self.first || offset > self.last {
-            return false;
-        }
-        let Ok(at) = usize::try_from(offset - self.first) else { return false };
-        let (word, bit) = (at / 64, 1u64 << (at % 64));
-        let Some(slot) = self.bits.get_mut(word) else { return false };
-        if *slot & bit != 0 {
-            return false;
-        }
-        *slot |= bit;
-        self.count += 1;
-        true
     }
 }
 
@@ -397,34 +345,25 @@ impl Clients {
     /// Hands every record of `ranges` to `visit`, each once, as it arrives; fails when a range
     /// does not hold the records its control record names.
     fn visit_spans(&self, ranges: &[PartitionRange], visit: &mut dyn FnMut(DataRecord) -> Result<(), BronzeError>) -> Result<(), BronzeError> {
-        let mut wanted: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
-        for range in ranges.iter().filter(|r| r.records > 0) {
-            wanted.entry(range.partition).or_default().push((range.first_offset, range.last_offset));
-        }
-        let mut list = TopicPartitionList::new();
-        for (partition, spans) in &wanted {
-            let first = spans.iter().map(|(first, _)| *first).min().unwrap_or(0);
-            list.add_partition_offset(&self.data_topic, *partition, Offset::Offset(first)).map_err(kafka)?;
-        }
-        if wanted.is_empty() {
+        // Which offsets of each range arrived, and how many records each partition still owes.
+        let mut arrivals = Arrivals::new(ranges);
+        if arrivals.is_empty() {
             return Ok(());
         }
-        // Which offsets of each range arrived (a record the consumer delivers twice counts once).
-        let mut seen: Vec<Seen> = ranges.iter().filter(|r| r.records > 0).map(Seen::new).collect();
+        let mut list = TopicPartitionList::new();
+        for (partition, first) in arrivals.starts() {
+            list.add_partition_offset(&self.data_topic, partition, Offset::Offset(first)).map_err(kafka)?;
+        }
         self.data.assign(&list).map_err(kafka)?;
+        let mut last_progress = Instant::now();
+        let mut rewind = Rewind::new(arrivals.starts());
         // A partition is done when every record its ranges name is in. Its end is not judged
         // by the offsets seen: right after `assign`, a record the consumer had fetched for an
         // earlier read may still arrive, past the new ranges, before their own records do.
-        let mut pending: BTreeMap<i32, u64> = BTreeMap::new();
-        for range in ranges.iter().filter(|r| r.records > 0) {
-            *pending.entry(range.partition).or_default() += range.records;
-        }
-        let mut last_progress = Instant::now();
-        let mut rewind = Rewind::new(&wanted);
-        while pending.values().any(|left| *left > 0) {
+        while arrivals.any_left() {
             for partition in rewind.silent() {
-                if pending.get(&partition).is_some_and(|left| *left > 0) {
-                    self.rewind(&mut rewind, &mut seen, partition, None)?;
+                if arrivals.left(partition) > 0 {
+                    self.rewind(&mut rewind, &mut arrivals, partition, None)?;
                 }
             }
             match self.data.poll(Duration::from_millis(200)) {
@@ -433,31 +372,26 @@ impl Clients {
                 Some(Ok(message)) => {
                     let (partition, offset) = (message.partition(), message.offset());
                     rewind.delivered(partition);
-                    if seen.iter_mut().any(|range| range.first_time(partition, offset)) {
+                    if arrivals.first_time(partition, offset) {
                         visit(DataRecord { partition, offset, value: message.payload().unwrap_or_default().to_vec() })?;
-                        if let Some(left) = pending.get_mut(&partition) {
-                            *left = left.saturating_sub(1);
-                        }
                         last_progress = Instant::now();
                     }
                     // A partition's records arrive in offset order: one past a named record
                     // that has not arrived means the fetch skipped it.
-                    if first_missing(&mut seen, partition).is_some_and(|missing| missing < offset) {
-                        self.rewind(&mut rewind, &mut seen, partition, Some(offset))?;
+                    if arrivals.first_missing(partition).is_some_and(|missing| missing < offset) {
+                        self.rewind(&mut rewind, &mut arrivals, partition, Some(offset))?;
                     }
                 }
             }
             if last_progress.elapsed() > RANGE_TIMEOUT {
-                let missing: Vec<String> = pending.iter().filter(|(_, left)| **left > 0).map(|(p, left)| format!("{}/{} {:?} ({left} records not found)", self.data_topic, p, wanted[p])).collect();
+                let missing: Vec<String> = arrivals.pending().map(|(p, left, spans)| format!("{}/{} {:?} ({left} records not found)", self.data_topic, p, spans)).collect();
                 return Err(BronzeError::MissingRecords { detail: missing.join(", ") });
             }
         }
-        for (range, seen) in ranges.iter().filter(|r| r.records > 0).zip(&seen) {
-            if seen.count != range.records {
-                return Err(BronzeError::MissingRecords {
-                    detail: format!("{}/{} offsets {}..={}: {} records, the control record says {}", self.data_topic, range.partition, range.first_offset, range.last_offset, seen.count, range.records),
-                });
-            }
+        if let Some(range) = arrivals.ranges().find(|range| range.count != range.records) {
+            return Err(BronzeError::MissingRecords {
+                detail: format!("{}/{} offsets {}..={}: {} records, the control record says {}", self.data_topic, range.partition, range.first, range.last, range.count, range.records),
+            });
         }
         Ok(())
     }
@@ -466,8 +400,8 @@ impl Clients {
     /// and not delivered are dropped), when it can still go back. `past` is the offset of the
     /// record that showed a skip; `None` when the partition has delivered nothing since its
     /// last (re)assignment (logged at debug level: a slow broker looks the same).
-    fn rewind(&self, rewind: &mut Rewind, seen: &mut [Seen], partition: i32, past: Option<i64>) -> Result<(), BronzeError> {
-        let Some(missing) = first_missing(seen, partition) else { return Ok(()) };
+    fn rewind(&self, rewind: &mut Rewind, arrivals: &mut Arrivals, partition: i32, past: Option<i64>) -> Result<(), BronzeError> {
+        let Some(missing) = arrivals.first_missing(partition) else { return Ok(()) };
         let Some(start) = rewind.step(partition, missing) else { return Ok(()) };
         match past {
             Some(past) if !rewind.logged => {
@@ -519,35 +453,12 @@ impl Clients {
 mod tests {
     use super::*;
 
-    fn range(first: i64, last: i64) -> PartitionRange {
-        PartitionRange { partition: 0, first_offset: first, last_offset: last, records: u64::try_from(last - first + 1).unwrap_or(0) }
-    }
-
-    /// Invariant: a read knows the lowest offset of its range still missing, across words of
-    /// the bit set, and none once all arrived.
-    #[test]
-    fn the_first_missing_offset_is_the_lowest_not_yet_seen() {
-        let mut seen = Seen::new(&range(100, 229));
-        assert_eq!(seen.first_missing(), Some(100));
-        for offset in 100..=170 {
-            assert!(seen.first_time(0, offset));
-        }
-        assert_eq!(seen.first_missing(), Some(171));
-        for offset in 172..=229 {
-            seen.first_time(0, offset);
-        }
-        assert_eq!(seen.first_missing(), Some(171));
-        seen.first_time(0, 171);
-        assert_eq!(seen.first_missing(), None, "all 130 offsets arrived");
-    }
-
     /// Invariant: a rewind steps back each partition on its own (64, then 256, then 1,024
     /// records before its first missing offset), stops at offset 0, never touches a partition
     /// the read did not assign, and counts a partition's silence afresh after each step.
     #[test]
     fn rewinds_step_back_each_partition_down_to_offset_zero() {
-        let wanted = BTreeMap::from([(0, vec![(5_000, 6_000)]), (1, vec![(100, 200)])]);
-        let mut rewind = Rewind::new(&wanted);
+        let mut rewind = Rewind::new([(0, 5_000), (1, 100)].into_iter());
         assert_eq!(rewind.step(0, 5_010), Some(4_936));
         assert_eq!(rewind.step(0, 5_010), Some(4_680));
         assert_eq!(rewind.step(1, 150), Some(36));

@@ -15,6 +15,7 @@
 //!
 //! See `docs/connectors/delta-bronze.md` and `docs/tables.md`.
 
+mod arrivals;
 pub mod config;
 pub mod error;
 pub mod feed;
