@@ -232,6 +232,9 @@ async fn the_backfill_command_reads_waves_until_done_and_survives_sigkills() {
     let workload = pipeline.workload(1000, 100, 47);
     let mut rng = rand::rng();
     let (mut runs, mut kills, mut last) = (0, 0, serde_json::Value::Null);
+    // How long the last run that was let finish took: kills land at a random point inside it,
+    // so they stay mid-run however fast a run is.
+    let mut run_time = Duration::from_millis(1200);
     loop {
         runs += 1;
         assert!(runs < 200, "the backfill did not finish: {last}");
@@ -244,9 +247,10 @@ async fn the_backfill_command_reads_waves_until_done_and_survives_sigkills() {
             .env(mssql_cdc_sim::client::PASSWORD_ENV, mssql_cdc_sim::client::password_from_env())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null());
+        let started = Instant::now();
         let mut child = command.spawn().unwrap();
         if runs % 2 == 0 && kills < 6 {
-            tokio::time::sleep(Duration::from_millis(rng.random_range(400..1200))).await;
+            tokio::time::sleep(run_time.mul_f64(rng.random_range(0.2..0.8))).await;
             if child.try_wait().unwrap().is_none() {
                 child.kill().unwrap();
                 child.wait().unwrap();
@@ -255,6 +259,7 @@ async fn the_backfill_command_reads_waves_until_done_and_survives_sigkills() {
             }
         }
         let output = child.wait_with_output().unwrap();
+        run_time = started.elapsed();
         let text = String::from_utf8_lossy(&output.stdout).into_owned();
         last = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("backfill prints its status as JSON ({e}): {text}"));
         match output.status.code() {

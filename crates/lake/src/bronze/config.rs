@@ -59,7 +59,8 @@ pub struct BronzeOptions {
     /// The most batches one bronze commit (and one facts commit) carries when several are
     /// already fetched from the control topic (a sink that is behind); each batch stays exactly
     /// once through the commit's `txn` version, the group's last batch id. `1` commits every
-    /// batch on its own. Default 20; at least 1.
+    /// batch on its own. Default 100, silver's `max_batches_per_apply`, so that a silver step
+    /// reads whole bronze files (`max_rows_per_commit` bounds a group's memory); at least 1.
     pub max_batches_per_commit: Option<u64>,
     /// The most change rows one coalesced commit carries (its records and rows are held in
     /// memory until it commits); a larger batch is committed on its own. Default 100000; at
@@ -274,7 +275,7 @@ impl BronzeOptions {
 /// `batch_timeout_ms` when unset.
 pub const DEFAULT_BATCH_TIMEOUT_MS: u64 = 120_000;
 /// `max_batches_per_commit` when unset.
-pub const DEFAULT_MAX_BATCHES_PER_COMMIT: u64 = 20;
+pub const DEFAULT_MAX_BATCHES_PER_COMMIT: u64 = 100;
 /// `max_rows_per_commit` when unset.
 pub const DEFAULT_MAX_ROWS_PER_COMMIT: u64 = 100_000;
 
@@ -313,13 +314,13 @@ mod tests {
         assert_eq!(settings.batch_timeout, std::time::Duration::from_secs(5));
     }
 
-    /// Coalescing limits default to 20 batches and 100,000 rows a commit; 0 is refused for
+    /// Coalescing limits default to 100 batches and 100,000 rows a commit; 0 is refused for
     /// both, each problem named with its key.
     #[test]
     fn coalescing_limits_default_and_refuse_zero() {
         let options = BronzeOptions { topic: Some("t".into()), target: Some("./bronze".into()), app_id: Some("a".into()), ..BronzeOptions::default() };
         let settings = options.clone().validate(&mut Problems::under("")).unwrap();
-        assert_eq!(settings.coalesce, super::super::group::Coalesce { batches: 20, rows: 100_000 });
+        assert_eq!(settings.coalesce, super::super::group::Coalesce { batches: 100, rows: 100_000 });
         let zero = BronzeOptions { max_batches_per_commit: Some(0), max_rows_per_commit: Some(0), ..options.clone() };
         let mut problems = Problems::under("");
         assert!(zero.validate(&mut problems).is_none());
