@@ -250,7 +250,8 @@ async fn the_backfill_command_reads_waves_until_done_and_survives_sigkills() {
         let started = Instant::now();
         let mut child = command.spawn().unwrap();
         if runs % 2 == 0 && kills < 6 {
-            tokio::time::sleep(run_time.mul_f64(rng.random_range(0.2..0.8))).await;
+            // Past the process's start (config, connections) however short the last run was.
+            tokio::time::sleep(run_time.mul_f64(rng.random_range(0.2..0.8)).max(Duration::from_millis(150))).await;
             if child.try_wait().unwrap().is_none() {
                 child.kill().unwrap();
                 child.wait().unwrap();

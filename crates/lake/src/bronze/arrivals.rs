@@ -64,9 +64,9 @@ struct Ranges {
     done: usize,
     /// Records still expected: the sum of the ranges' counts not yet arrived.
     left: u64,
-    /// Whether two ranges share an offset. One feed never names such ranges (a batch's records
-    /// land after the previous batch's in every partition); then every range is looked at,
-    /// as for a single list.
+    /// Whether two ranges share an offset or one ends before it starts. One feed never names
+    /// such ranges (a batch's records land after the previous batch's in every partition);
+    /// then every range is looked at, as for a single list.
     overlapping: bool,
 }
 
@@ -85,7 +85,9 @@ impl Arrivals {
         }
         for ranges in partitions.values_mut() {
             ranges.seen.sort_by_key(|s| (s.first, s.last));
-            ranges.overlapping = ranges.seen.windows(2).any(|pair| pair[1].first <= pair[0].last);
+            // A reversed range (never from a source) would break the binary search too.
+            ranges.overlapping = ranges.seen.iter().any(|s| s.first > s.last)
+                || ranges.seen.windows(2).any(|pair| pair[1].first <= pair[0].last);
         }
         Self { partitions }
     }

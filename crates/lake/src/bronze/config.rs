@@ -60,7 +60,7 @@ pub struct BronzeOptions {
     /// already fetched from the control topic (a sink that is behind); each batch stays exactly
     /// once through the commit's `txn` version, the group's last batch id. `1` commits every
     /// batch on its own. Default 100, silver's `max_batches_per_apply`, so that a silver step
-    /// reads whole bronze files (`max_rows_per_commit` bounds a group's memory); at least 1.
+    /// spans about one bronze file (`max_rows_per_commit` bounds a group's memory); at least 1.
     pub max_batches_per_commit: Option<u64>,
     /// The most change rows one coalesced commit carries (its records and rows are held in
     /// memory until it commits); a larger batch is committed on its own. Default 100000; at

@@ -332,7 +332,7 @@ const MAX_PARTITIONS: u32 = 16;
 
 /// Producer settings the source owns or that would weaken its guarantees.
 const RESERVED_PRODUCER_PROPERTIES: &[&str] =
-    &["bootstrap.servers", "security.protocol", "sasl.password", "enable.idempotence", "acks", "transactional.id"];
+    &["bootstrap.servers", "security.protocol", "sasl.password", "enable.idempotence", "acks", "transactional.id", "allow.auto.create.topics"];
 
 impl ConnectorKind for MssqlSourceOptions {
     const KIND: &'static str = "mssql-source";
