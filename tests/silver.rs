@@ -87,7 +87,7 @@ async fn orders(sim: &SimServer) -> Vec<(i64, i64, String)> {
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "fault-injection"), ignore = "its fault point needs a build with --features fault-injection (scripts/test.sh)")]
 async fn silver_equals_the_source_table_under_kills() {
-    silver_under_kills("").await;
+    silver_under_kills("", "MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_COMMIT").await;
 }
 
 /// The same with `deletion_vectors = true`: the abort between the silver commit and the
@@ -95,10 +95,20 @@ async fn silver_equals_the_source_table_under_kills() {
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "fault-injection"), ignore = "its fault point needs a build with --features fault-injection (scripts/test.sh)")]
 async fn silver_by_deletion_vectors_equals_the_source_table_under_kills() {
-    silver_under_kills("deletion_vectors = true").await;
+    silver_under_kills("deletion_vectors = true", "MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_COMMIT").await;
 }
 
-async fn silver_under_kills(extra: &str) {
+/// The same for batches larger than `max_rows_per_apply`, applied in slices of keys: an abort
+/// after one slice's commit, before the next, and the kills, land between slices; silver
+/// still ends equal to the source table, its verdict never moving back or past the data.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "fault-injection"), ignore = "its fault point needs a build with --features fault-injection (scripts/test.sh)")]
+async fn silver_applied_in_slices_equals_the_source_table_under_kills() {
+    silver_under_kills("max_rows_per_apply = 32", "MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_SLICE").await;
+}
+
+/// `extra`: silver's extra settings; `fault`: the fault point's variable, armed for batch 5.
+async fn silver_under_kills(extra: &str, fault: &str) {
     let broker = TestBroker::start().unwrap();
     let sim = SimServer::start(&[]).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -109,10 +119,10 @@ async fn silver_under_kills(extra: &str) {
     let bronze = spawn_stage(&worker, &bronze_file(dir.path(), "orders", &topic, "orders-bronze-v1", ""), &[]);
     let connector = silver_file(dir.path(), 4, extra);
 
-    // A deterministic crash between a silver commit and its control commit.
-    let mut crashing = spawn_stage(&worker, &connector, &[("MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_COMMIT", "5")]);
+    // A deterministic crash between a silver commit and its control commit (or the next slice).
+    let mut crashing = spawn_stage(&worker, &connector, &[(fault, "5")]);
     let status = crashing.process().wait(Duration::from_secs(120)).unwrap_or_else(|| panic!("silver did not abort at the fault point; stderr:\n{}", crashing.log()));
-    assert!(!status.success(), "{}", crashing.log());
+    assert!(!status.success() && crashing.log().contains("fault injection: aborting"), "silver stops at its fault point:\n{}", crashing.log());
     let mut previous = read(dir.path());
     let mut rng = rand::rng();
     for kill in 0..8 {
@@ -149,7 +159,7 @@ async fn silver_under_kills(extra: &str) {
     let expected = orders(&sim).await;
     assert!(!expected.is_empty());
     assert_eq!(found.rows.as_deref(), Some(&expected[..]), "silver equals dbo.orders");
-    assert_eq!(found.deletion_vectors, !extra.is_empty(), "silver's deletionVectors feature as configured");
+    assert_eq!(found.deletion_vectors, extra.contains("deletion_vectors = true"), "silver's deletionVectors feature as configured");
     assert!(found.finalized_until >= previous.finalized_until);
     drop(silver);
 

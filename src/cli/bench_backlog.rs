@@ -37,9 +37,14 @@ pub struct BacklogBench {
     /// The embedded broker's storage: `sqlite` (in the working directory) or `memory`.
     #[arg(long, default_value = "sqlite")]
     broker_storage: String,
-    /// The source's max_commits_per_batch.
+    /// The source's max_commits_per_batch; 0 leaves it unlimited, so the whole backlog is one
+    /// batch (what one very large source transaction makes).
     #[arg(long, default_value_t = 1000)]
     max_commits_per_batch: u64,
+    /// Silver's `max_rows_per_apply` (rows; its default, 100000, when omitted). A batch larger
+    /// than this is applied in slices of keys; `100000000` applies any batch whole.
+    #[arg(long)]
+    silver_max_rows_per_apply: Option<u64>,
     /// Run silver with `deletion_vectors = true` (rows replaced by marks, not file rewrites).
     #[arg(long)]
     silver_deletion_vectors: bool,
@@ -62,9 +67,18 @@ struct CaughtUp {
 pub async fn run(args: BacklogBench) -> anyhow::Result<ExitCode> {
     let Workbench { dir, sim, services } = Workbench::start(&args.dir, &args.broker_storage).await?;
     let kafka = KafkaConfig { bootstrap_servers: services.broker_address.to_string(), ..KafkaConfig::default() };
-    let source_extra = format!("max_commits_per_batch = {}", args.max_commits_per_batch);
-    let silver_extra = if args.silver_deletion_vectors { "deletion_vectors = true" } else { "" };
-    let files = Files::write(&dir, &kafka.bootstrap_servers, services.sim_address, &source_extra, silver_extra)?;
+    let source_extra = match args.max_commits_per_batch {
+        0 => String::new(),
+        commits => format!("max_commits_per_batch = {commits}"),
+    };
+    let mut silver_extra = String::new();
+    if args.silver_deletion_vectors {
+        silver_extra.push_str("deletion_vectors = true\n");
+    }
+    if let Some(rows) = args.silver_max_rows_per_apply {
+        silver_extra.push_str(&format!("max_rows_per_apply = {rows}\n"));
+    }
+    let files = Files::write(&dir, &kafka.bootstrap_servers, services.sim_address, &source_extra, &silver_extra)?;
 
     let options = WorkloadOptions { rate: 0, changes: args.changes, ..WorkloadOptions::default() };
     let workload_sim = sim.clone();
@@ -147,14 +161,15 @@ fn print_backlog(args: &BacklogBench, made: &mssql_cdc_sim::workload::WorkloadRe
     }
     println!();
     println!(
-        "backlog: {} changes in {} transactions, {rows} change rows, {:.0} MB on the data topic (made in {:.0} s, no stage running); the three stages started together; broker storage {}; max_commits_per_batch {}; silver {}; machine: {} cores",
+        "backlog: {} changes in {} transactions, {rows} change rows, {:.0} MB on the data topic (made in {:.0} s, no stage running); the three stages started together; broker storage {}; max_commits_per_batch {}; silver {}, max_rows_per_apply {}; machine: {} cores",
         made.changes,
         made.transactions,
         bytes as f64 / 1e6,
         made.elapsed.as_secs_f64(),
         args.broker_storage,
-        args.max_commits_per_batch,
+        if args.max_commits_per_batch == 0 { "unlimited".to_owned() } else { args.max_commits_per_batch.to_string() },
         if args.silver_deletion_vectors { "by deletion vectors" } else { "copy-on-write" },
+        args.silver_max_rows_per_apply.map_or("default".to_owned(), |rows| rows.to_string()),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
 }

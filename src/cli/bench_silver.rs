@@ -142,7 +142,7 @@ async fn merge_by_marks(location: &str, batch: &RecordBatch) -> anyhow::Result<(
     let keys = vec!["order_id".to_owned()];
     let columns: Vec<usize> = (0..schema().fields().len()).collect();
     let upserts = |rows: &RecordBatch| rows.project(&columns).map_err(|e| mssql_cdc_lake::silver::SilverError::Fold(e.to_string()));
-    let (_, marked) = mssql_cdc_lake::silver::mark::merge(t, &mut Default::default(), batch, &keys, upserts, Default::default(), location).await?;
+    let (_, marked) = mssql_cdc_lake::silver::mark::merge(t, &mut Default::default(), batch, &keys, upserts, Default::default(), Default::default(), location).await?;
     Ok((started.elapsed().as_secs_f64(), marked.files_scanned, marked.files_marked))
 }
 

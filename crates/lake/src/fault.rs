@@ -12,6 +12,10 @@ pub enum Point {
     /// Silver: after a MERGE commit, before its control row. Fires for the first commit that
     /// reaches the batch id `MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_COMMIT` names, or a later one.
     AfterSilverCommit,
+    /// Silver: after the commit of a slice of a large batch, before the next slice (a batch
+    /// larger than `max_rows_per_apply`). Fires for the batch id
+    /// `MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_SLICE` names, or a later one.
+    AfterSilverSlice,
 }
 
 impl Point {
@@ -20,6 +24,7 @@ impl Point {
         match self {
             Self::AfterBronzeDataCommit => "MSSQL_CDC_FAULT_ABORT_AFTER_DATA_COMMIT",
             Self::AfterSilverCommit => "MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_COMMIT",
+            Self::AfterSilverSlice => "MSSQL_CDC_FAULT_ABORT_AFTER_SILVER_SLICE",
         }
     }
 
@@ -27,7 +32,7 @@ impl Point {
     pub fn fires(self, armed: i64, batch_id: i64) -> bool {
         match self {
             Self::AfterBronzeDataCommit => batch_id == armed,
-            Self::AfterSilverCommit => batch_id >= armed,
+            Self::AfterSilverCommit | Self::AfterSilverSlice => batch_id >= armed,
         }
     }
 }

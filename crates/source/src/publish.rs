@@ -303,7 +303,10 @@ impl Producing {
             .set("linger.ms", "5")
             .set("batch.size", "1000000")
             .set("queue.buffering.max.messages", "500000")
-            .set("queue.buffering.max.kbytes", "1048576")
+            // Records waiting for the broker are the source's memory: 64 MiB of them keep the
+            // broker busy (about 120k records of the bench's orders), where librdkafka's
+            // 1 GiB default let one large batch take the source past 400 MB.
+            .set("queue.buffering.max.kbytes", "65536")
             .set("message.max.bytes", "1000000");
         for (key, value) in properties.iter() {
             config.set(key, value.to_string());

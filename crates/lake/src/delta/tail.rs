@@ -173,26 +173,16 @@ impl Tail {
 
     /// The rows whose column lies in `(after, up_to]`, in the table's current schema (columns
     /// a file lacks are null). Reads only the kept files whose range meets it, straight from
-    /// Parquet; a table that is not plain Parquet is read through delta-rs's scan.
+    /// Parquet, several at once; a table that is not plain Parquet is read through delta-rs's scan.
     pub async fn rows(&mut self, after: i64, up_to: i64) -> Result<Vec<RecordBatch>, DeltaError> {
-        if !self.plain {
-            self.reload("files that are not plain Parquet").await?;
-        }
-        if !self.plain {
-            let sql = format!("SELECT * FROM t WHERE {c} > {after} AND {c} <= {up_to}", c = ident(&self.column));
-            // delta-rs's scan may return string views and partition columns last: the table's schema, as promised.
-            let rows = query(&[("t", &self.table)], &sql).await?;
-            return rows.iter().map(|batch| conform(batch, &self.schema)).collect::<Result<_, _>>().map_err(|e| self.error(e));
+        if let Some(rows) = self.scanned(after, up_to).await? {
+            return Ok(rows);
         }
         let store = self.table.log_store().object_store(None);
         let wanted: Vec<usize> = (0..self.files.len()).filter(|&i| self.files[i].meets(after, up_to)).collect();
         // Futures collected first: a closure inside the stream would make it less general than `Send` needs.
         let jobs: Vec<_> = wanted.iter().map(|&i| read_file(store.clone(), self.files[i].path.clone(), self.files[i].size, self.schema.clone(), self.column.clone())).collect();
-        let reads = futures::stream::iter(jobs)
-        .buffered(READ_CONCURRENCY)
-            .try_collect::<Vec<_>>()
-            .await
-            .map_err(|e| self.error(e))?;
+        let reads = futures::stream::iter(jobs).buffered(READ_CONCURRENCY).try_collect::<Vec<_>>().await.map_err(|e| self.error(e))?;
         let mut rows = Vec::new();
         for (&i, (batches, range)) in wanted.iter().zip(reads) {
             self.files[i].range = self.files[i].range.or(range);
@@ -204,6 +194,51 @@ impl Tail {
             }
         }
         Ok(rows)
+    }
+
+    /// The same rows as [`Tail::rows`], handed to `each` as they are decoded instead of
+    /// collected: one file at a time, a Parquet reader's batch at a time, so a caller that
+    /// keeps only some of them holds one row group's encoded pages and what it keeps (a table
+    /// that is not plain Parquet is still read whole first, through delta-rs's scan). `each`
+    /// never sees an empty batch; its error stops the read.
+    pub async fn visit(&mut self, after: i64, up_to: i64, mut each: impl FnMut(RecordBatch) -> Result<(), arrow::error::ArrowError>) -> Result<(), DeltaError> {
+        if let Some(rows) = self.scanned(after, up_to).await? {
+            return rows.into_iter().try_for_each(|batch| each(batch).map_err(|e| self.error(e)));
+        }
+        let store = self.table.log_store().object_store(None);
+        let wanted: Vec<usize> = (0..self.files.len()).filter(|&i| self.files[i].meets(after, up_to)).collect();
+        for i in wanted {
+            #[allow(deprecated)] // the reader delta-rs itself builds on
+            let reader = ParquetObjectReader::new(store.clone(), self.files[i].path.clone()).with_file_size(self.files[i].size);
+            let mut stream = ParquetRecordBatchStreamBuilder::new(reader).await.and_then(|builder| builder.build()).map_err(|e| self.error(e))?;
+            let mut range = None;
+            while let Some(batch) = stream.try_next().await.map_err(|e| self.error(e))? {
+                let batch = conform(&batch, &self.schema).map_err(|e| self.error(e))?;
+                range = widened(range, column_range(&batch, &self.column));
+                let within = within(&batch, &self.column, after, up_to).map_err(|e| self.error(e))?;
+                if within.num_rows() > 0 {
+                    each(within).map_err(|e| self.error(e))?;
+                }
+            }
+            self.files[i].range = self.files[i].range.or(range);
+        }
+        Ok(())
+    }
+
+    /// For a table that is not plain Parquet: its rows in `(after, up_to]` through delta-rs's
+    /// scan, in the table's schema. `None` for a plain table (read file by file instead).
+    async fn scanned(&mut self, after: i64, up_to: i64) -> Result<Option<Vec<RecordBatch>>, DeltaError> {
+        if !self.plain {
+            self.reload("files that are not plain Parquet").await?;
+        }
+        if self.plain {
+            return Ok(None);
+        }
+        let sql = format!("SELECT * FROM t WHERE {c} > {after} AND {c} <= {up_to}", c = ident(&self.column));
+        // delta-rs's scan may return string views and partition columns last: the table's schema, as promised.
+        let rows = query(&[("t", &self.table)], &sql).await?;
+        let rows: Vec<RecordBatch> = rows.iter().map(|batch| conform(batch, &self.schema)).collect::<Result<_, _>>().map_err(|e| self.error(e))?;
+        Ok(Some(rows.into_iter().filter(|batch| batch.num_rows() > 0).collect()))
     }
 
     /// Reads the table again through delta-rs (its newest commit, say), keeping every file it
@@ -302,15 +337,25 @@ async fn read_file(store: Arc<dyn ObjectStore>, path: Path, size: u64, schema: S
     let mut conformed = Vec::with_capacity(batches.len());
     for batch in batches {
         let batch = conform(&batch, &schema)?;
-        if let Some(values) = batch.column_by_name(&column).and_then(|c| arrow::compute::cast(c, &DataType::Int64).ok()) {
-            let values = values.as_any().downcast_ref::<Int64Array>().cloned().unwrap_or_else(|| Int64Array::from(Vec::<i64>::new()));
-            if let (Some(min), Some(max)) = (arrow::compute::min(&values), arrow::compute::max(&values)) {
-                range = Some(range.map_or((min, max), |(a, b)| (a.min(min), b.max(max))));
-            }
-        }
+        range = widened(range, column_range(&batch, &column));
         conformed.push(batch);
     }
     Ok((conformed, range))
+}
+
+/// The least and greatest value of the integer `column` in `batch`, if any.
+fn column_range(batch: &RecordBatch, column: &str) -> Option<(i64, i64)> {
+    let values = arrow::compute::cast(batch.column_by_name(column)?, &DataType::Int64).ok()?;
+    let values = values.as_any().downcast_ref::<Int64Array>()?;
+    Some((arrow::compute::min(values)?, arrow::compute::max(values)?))
+}
+
+/// `range` widened to hold `more`.
+fn widened(range: Option<(i64, i64)>, more: Option<(i64, i64)>) -> Option<(i64, i64)> {
+    match (range, more) {
+        (Some((a, b)), Some((min, max))) => Some((a.min(min), b.max(max))),
+        (range, more) => range.or(more),
+    }
 }
 
 /// `batch` with `schema`'s columns: each cast to its type, or null where the file lacks it (a

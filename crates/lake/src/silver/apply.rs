@@ -94,7 +94,7 @@ pub struct Applier {
     row: ControlRow,
     /// Most batches one step takes.
     max_batches: i64,
-    /// Most bronze rows one step takes (a larger single batch goes whole).
+    /// Most bronze rows one step takes (a larger single batch is applied in slices).
     max_rows: i64,
     /// Replace and delete rows by deletion vectors ([`super::mark`]).
     deletion_vectors: bool,
@@ -193,7 +193,8 @@ impl Applier {
         // Rows of batches silver does not hold yet.
         let data_from = from.max(self.silver_batch);
         if last > data_from && run.iter().any(|b| b.batch_id > data_from && b.rows > 0) {
-            self.apply_rows(data_from, last, &mut report).await?;
+            let rows = run.iter().filter(|b| b.batch_id > data_from).map(|b| b.rows).sum();
+            self.apply_rows(data_from, last, rows, &mut report).await?;
         }
         // A completed snapshot: silver is its rows plus the changes after it. Idempotent, so
         // it runs again after a crash between the MERGE and the control row.
@@ -264,8 +265,10 @@ impl Applier {
         Ok(run)
     }
 
-    /// Folds the bronze rows of batches `(from, to]` and merges them into silver.
-    async fn apply_rows(&mut self, from: i64, to: i64, report: &mut StepReport) -> Result<(), SilverError> {
+    /// Folds the bronze rows of batches `(from, to]` (`rows` of them, as the facts table
+    /// counts them) and merges them into silver; in slices when they are one batch larger
+    /// than a step holds.
+    async fn apply_rows(&mut self, from: i64, to: i64, rows: i64, report: &mut StepReport) -> Result<(), SilverError> {
         let bronze = match &mut self.bronze {
             Some(tail) => {
                 tail.refresh().await?;
@@ -295,28 +298,86 @@ impl Applier {
                 keys
             }
         };
-        let rows: Vec<RecordBatch> = bronze.rows(from, to).await?.iter().map(without_field_metadata).collect();
-        let (folded, counts) = fold(&rows, &keys).map_err(|e| SilverError::Fold(e.to_string()))?;
-        report.fold = counts;
-        let properties = CommitProperties::default().with_application_transaction(Transaction::new(&self.app_id, to)).with_metadata([
+        let slices = super::slice::slice_count(rows, self.max_rows);
+        let committed = if slices <= 1 {
+            let rows: Vec<RecordBatch> = bronze.rows(from, to).await?.iter().map(without_field_metadata).collect();
+            self.apply_fold(&rows, &keys, to, None, report).await?
+        } else {
+            self.apply_slices(from, to, rows, slices, &keys, report).await?
+        };
+        if committed {
+            self.silver_batch = to;
+        }
+        // With nothing to change (only before-images), the position still moves with the control row.
+        self.release_bronze(to);
+        if committed {
+            fault::crash_point(fault::Point::AfterSilverCommit, to);
+        }
+        Ok(())
+    }
+
+    /// Applies the one batch `to` (`rows` bronze rows, more than a step holds) in `slices`
+    /// ranges of keys ([`super::slice`]). Returns whether the last slice committed (with the
+    /// batch's `txn`).
+    async fn apply_slices(&mut self, from: i64, to: i64, rows: i64, slices: usize, keys: &[String], report: &mut StepReport) -> Result<bool, SilverError> {
+        let mut sampler = super::slice::Sampler::new(keys, rows);
+        self.bronze_tail()?.visit(from, to, |batch| sampler.add(&batch)).await?;
+        let slicer = sampler.cut(slices);
+        let count = slicer.count();
+        tracing::info!(connector = %self.connector, table = %self.silver_location, batch = to, rows, slices = count, "silver: a batch larger than max_rows_per_apply, applied in ranges of keys");
+        let mut committed = false;
+        for slice in 0..count {
+            let mut kept = Vec::new();
+            self.bronze_tail()?
+                .visit(from, to, |batch| {
+                    let rows = slicer.rows_in(&batch, slice)?;
+                    if rows.num_rows() > 0 {
+                        kept.push(without_field_metadata(&rows));
+                    }
+                    Ok(())
+                })
+                .await?;
+            committed = self.apply_fold(&kept, keys, to, Some((slice, count)), report).await?;
+            if committed && slice + 1 < count {
+                fault::crash_point(fault::Point::AfterSilverSlice, to);
+            }
+        }
+        Ok(committed)
+    }
+
+    /// The bronze tail, opened by [`Applier::apply_rows`].
+    fn bronze_tail(&mut self) -> Result<&mut Tail, SilverError> {
+        self.bronze.as_mut().ok_or_else(|| SilverError::NoBronze { bronze: self.bronze_location.clone(), batch: self.silver_batch })
+    }
+
+    /// Folds `rows` and merges them into silver, with `txn(app_id, to)` unless `slice` (its
+    /// index and the slice count) names a slice before the last. Returns whether it committed
+    /// (a fold of before-images alone changes nothing).
+    async fn apply_fold(&mut self, rows: &[RecordBatch], keys: &[String], to: i64, slice: Option<(usize, usize)>, report: &mut StepReport) -> Result<bool, SilverError> {
+        let (folded, counts) = fold(rows, keys).map_err(|e| SilverError::Fold(e.to_string()))?;
+        report.fold.changes += counts.changes;
+        report.fold.upserts += counts.upserts;
+        report.fold.deletes += counts.deletes;
+        let mut metadata = vec![
             ("mssql_cdc.batch_id".to_owned(), serde_json::json!(to)),
             ("mssql_cdc.changes".to_owned(), serde_json::json!(counts.changes)),
-        ]);
-        let Some(folded) = folded else {
-            // Only before-images: nothing to change, but the position still moves with the control row.
-            self.release_bronze(to);
-            return Ok(());
-        };
+        ];
+        let last = slice.is_none_or(|(index, count)| index + 1 == count);
+        if let Some((index, count)) = slice {
+            metadata.push(("mssql_cdc.slice".to_owned(), serde_json::json!(format!("{} of {count}", index + 1))));
+        }
+        let mut properties = CommitProperties::default().with_metadata(metadata.clone());
+        if last {
+            properties = properties.with_application_transaction(Transaction::new(&self.app_id, to));
+        }
+        let Some(folded) = folded else { return Ok(false) };
         let table = match self.silver.take() {
-            Some(table) if self.deletion_vectors => self.mark(table, folded, &keys, properties, report).await?,
-            Some(table) => self.merge(table, folded, &keys, properties, report).await?,
-            None => self.create(folded, &keys, properties, report).await?,
+            Some(table) if self.deletion_vectors => self.mark(table, folded, keys, properties, metadata.into_iter().collect(), report).await?,
+            Some(table) => self.merge(table, folded, keys, properties, report).await?,
+            None => self.create(folded, keys, properties, report).await?,
         };
         self.silver = Some(table);
-        self.silver_batch = to;
-        self.release_bronze(to);
-        fault::crash_point(fault::Point::AfterSilverCommit, to);
-        Ok(())
+        Ok(true)
     }
 
     /// Forgets the bronze files of batches up to `to`, now in silver.
@@ -361,7 +422,7 @@ impl Applier {
         let schema = silver_schema(&folded.schema());
         let table = delta::create(&self.silver_location, &self.storage, &schema, &silver_comments(), &format!("mssql-cdc silver of {}", self.bronze_url)).await?;
         let upserts = upserts_sorted(&folded, keys)?;
-        report.inserted = upserts.num_rows() as u64;
+        report.inserted += upserts.num_rows() as u64;
         let table = table
             .write(vec![upserts])
             .with_save_mode(SaveMode::Append)
@@ -370,20 +431,21 @@ impl Applier {
             .with_commit_properties(properties)
             .await
             .map_err(|e| SilverError::delta_at(&self.silver_location, e))?;
-        report.files_added = 1;
+        report.files_added += 1;
         Ok(table)
     }
 
     /// The MERGE by deletion vectors ([`super::mark`]), the table feature turned on first.
-    async fn mark(&mut self, table: DeltaTable, folded: RecordBatch, keys: &[String], properties: CommitProperties, report: &mut StepReport) -> Result<DeltaTable, SilverError> {
+    /// `metadata` goes in the commit info, as `properties`' own does for the other writes.
+    async fn mark(&mut self, table: DeltaTable, folded: RecordBatch, keys: &[String], properties: CommitProperties, metadata: std::collections::HashMap<String, serde_json::Value>, report: &mut StepReport) -> Result<DeltaTable, SilverError> {
         let table = evolve::evolve_for(table, &silver_schema(&folded.schema()), []).await?;
         let table = super::mark::enable(table, &self.silver_location).await?;
         let folded = sorted(&folded, keys)?;
-        let (table, marked) = super::mark::merge(table, &mut self.key_cache, &folded, keys, project_to_silver, properties, &self.silver_location).await?;
-        report.inserted = marked.inserted;
-        report.updated = marked.updated;
-        report.deleted = marked.deleted;
-        report.files_added = marked.files_added;
+        let (table, marked) = super::mark::merge(table, &mut self.key_cache, &folded, keys, project_to_silver, properties, metadata, &self.silver_location).await?;
+        report.inserted += marked.inserted;
+        report.updated += marked.updated;
+        report.deleted += marked.deleted;
+        report.files_added += marked.files_added;
         Ok(table)
     }
 
@@ -412,11 +474,11 @@ impl Applier {
             .map_err(|e| SilverError::delta_at(&self.silver_location, e))?
             .await
             .map_err(|e| SilverError::delta_at(&self.silver_location, e))?;
-        report.inserted = metrics.num_target_rows_inserted as u64;
-        report.updated = metrics.num_target_rows_updated as u64;
-        report.deleted = metrics.num_target_rows_deleted as u64;
-        report.files_added = metrics.num_target_files_added as u64;
-        report.files_removed = metrics.num_target_files_removed as u64;
+        report.inserted += metrics.num_target_rows_inserted as u64;
+        report.updated += metrics.num_target_rows_updated as u64;
+        report.deleted += metrics.num_target_rows_deleted as u64;
+        report.files_added += metrics.num_target_files_added as u64;
+        report.files_removed += metrics.num_target_files_removed as u64;
         Ok(table)
     }
 }

@@ -48,8 +48,9 @@ pub struct SilverOptions {
     pub max_batches_per_apply: u64,
     /// Most bronze rows one apply step folds, summed over its batches as the facts table
     /// records them: a step stops taking batches before the one that would pass it (a single
-    /// batch larger than this is still applied whole). Bounds silver's memory while it catches
-    /// up on a backlog. Default 100000, 1–100000000.
+    /// batch larger than this, one large transaction, is applied in slices of keys of about
+    /// this many rows, each its own silver commit). Bounds silver's memory, whatever the
+    /// backlog or the transaction. Default 100000, 1–100000000.
     pub max_rows_per_apply: u64,
     /// How long to wait when bronze has nothing new, milliseconds. Default 1000.
     pub poll_interval_ms: u64,
@@ -165,7 +166,8 @@ pub struct SilverSettings {
     pub granularity: Granularity,
     /// Most bronze batches one apply step folds into one silver commit (1 to 100000).
     pub max_batches_per_apply: i64,
-    /// Most bronze rows one apply step folds (1 to 100000000; one larger batch goes whole).
+    /// Most bronze rows one apply step folds (1 to 100000000; one larger batch is applied in
+    /// slices of keys of about this many rows).
     pub max_rows_per_apply: i64,
     /// How long to wait when bronze has nothing new.
     pub poll_interval: Duration,

@@ -205,8 +205,10 @@ struct FileMatch {
 const PARALLEL_FILES: usize = 2;
 
 /// MERGEs `folded` (one row per key, sorted by key, `_delete` set for deletes) into `table`
-/// by deletion vectors, in one commit with `properties` (its `txn`). `upserts` projects the
-/// rows to write onto silver's columns.
+/// by deletion vectors, in one commit with `properties` (its `txn`) and `metadata` in its
+/// commit info (beside the operation's metrics). `upserts` projects the rows to write onto
+/// silver's columns.
+#[allow(clippy::too_many_arguments)] // each is one input of the MERGE; a struct would only rename them
 pub async fn merge(
     table: DeltaTable,
     cache: &mut KeyCache,
@@ -214,6 +216,7 @@ pub async fn merge(
     keys: &[String],
     upserts: impl Fn(&RecordBatch) -> Result<RecordBatch, SilverError>,
     properties: CommitProperties,
+    metadata: HashMap<String, serde_json::Value>,
     location: &str,
 ) -> Result<(DeltaTable, Marked), SilverError> {
     let fold = Arc::new(FoldKeys::new(folded, keys)?);
@@ -245,8 +248,11 @@ pub async fn merge(
         "num_target_rows_inserted": marked.inserted, "num_target_rows_updated": marked.updated, "num_target_rows_deleted": marked.deleted,
         "num_target_files_scanned": marked.files_scanned, "num_deletion_vectors_added": marked.files_marked, "num_target_files_added": marked.files_added,
     });
+    // The builder's metadata replaces the properties' own: both go in here.
+    let mut metadata = metadata;
+    metadata.insert("operationMetrics".to_owned(), metrics);
     CommitBuilder::from(properties)
-        .with_app_metadata(HashMap::from([("operationMetrics".to_owned(), metrics)]))
+        .with_app_metadata(metadata)
         .with_actions(actions)
         .build(Some(&snapshot), table.log_store(), operation)
         .await

@@ -14,6 +14,7 @@ pub mod error;
 pub mod fold;
 pub mod key_cache;
 pub mod mark;
+pub mod slice;
 #[cfg(test)]
 mod property_tests;
 

@@ -238,7 +238,8 @@ async fn check_the_fold(deletion_vectors: bool) {
         let dir = tempfile::tempdir().unwrap();
         let (bronze, facts) = (dir.path().join("bronze").display().to_string(), dir.path().join("facts").display().to_string());
         write_bronze(&bronze, &facts, &batches).await;
-        // Runs cut by batch count and by rows (a batch over the row limit goes alone).
+        // Runs cut by batch count and by rows (a batch over the row limit goes alone, applied
+        // in slices of keys: silver/slice.rs).
         let limits = (rng.random_range(1..4), [1, 5, 20, 100_000][rng.random_range(0..4)]);
         let mut applier = Applier::open(&options(dir.path(), "silver-app", "control", limits, deletion_vectors), Storage::new()).await.unwrap();
         let mut verdict = None;
