@@ -303,13 +303,18 @@ impl Producing {
             .set("linger.ms", "5")
             .set("batch.size", "1000000")
             .set("queue.buffering.max.messages", "500000")
-            // Records waiting for the broker are the source's memory: 64 MiB of them keep the
+            // Records waiting for the broker are the source's memory: 64 MiB of payloads keep the
             // broker busy (about 120k records of the bench's orders), where librdkafka's
             // 1 GiB default let one large batch take the source past 400 MB.
             .set("queue.buffering.max.kbytes", "65536")
             .set("message.max.bytes", "1000000");
         for (key, value) in properties.iter() {
             config.set(key, value.to_string());
+        }
+        // A record larger than the queue could never enter it: the queue holds at least one.
+        let number = |key: &str| config.get(key).and_then(|v| v.trim().parse::<u64>().ok());
+        if let (Some(largest), Some(kbytes)) = (number("message.max.bytes"), number("queue.buffering.max.kbytes")) {
+            config.set("queue.buffering.max.kbytes", queue_kbytes(largest, kbytes).to_string());
         }
         // Topics are created by `ensure_topics` with their partition counts: a metadata
         // request of this producer must never have the broker create one with its defaults
@@ -450,8 +455,24 @@ impl Producing {
     }
 }
 
+/// The producer queue's size in KiB: `kbytes`, or enough for one record of `largest` bytes
+/// when that is more (librdkafka answers "queue full" for good to a record larger than the
+/// whole queue).
+fn queue_kbytes(largest: u64, kbytes: u64) -> u64 {
+    kbytes.max(largest.div_ceil(1024))
+}
+
 #[cfg(test)]
 mod tests {
+    /// A record as large as `message.max.bytes` allows always fits the queue, which otherwise
+    /// keeps its size.
+    #[test]
+    fn the_queue_holds_at_least_one_largest_record() {
+        assert_eq!(super::queue_kbytes(1_000_000, 65_536), 65_536);
+        assert_eq!(super::queue_kbytes(100_000_000, 65_536), 97_657);
+        assert_eq!(super::queue_kbytes(0, 65_536), 65_536);
+    }
+
     use super::*;
 
     /// A handed-off set survives the next `begin` (its task still waits for it) while an
