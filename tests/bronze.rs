@@ -16,7 +16,7 @@ use rand::Rng;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use support::source::{controls, read_all, source_files, truth, wait_caught_up, Coordinates};
 use support::pipeline::{bronze_file, feed, setup_and_load, sink_worker};
-use support::{run_python, spawn_stage, unique, write_file, BrokerSpec, SimServer, StageProcess, TestBroker};
+use support::{delta_commits, run_python, spawn_stage, unique, write_file, BrokerSpec, SimServer, StageProcess, TestBroker};
 use mssql_cdc_core::kafka::config::Properties;
 use mssql_cdc_lake::bronze::feed::Feed;
 
@@ -168,11 +168,8 @@ async fn exactly_once_under_duplicates_orphans_and_kills() {
 /// The data commits in a table's Delta log (its JSON commits, read directly): for each commit
 /// with files, its `txn` version and its `mssql_cdc.first_batch_id` / `mssql_cdc.batch_id`.
 fn data_commits(table: &Path) -> Vec<(i64, u64, u64)> {
-    let mut logs: Vec<_> = std::fs::read_dir(table.join("_delta_log")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
-    logs.sort();
     let mut commits = Vec::new();
-    for log in logs {
-        let actions: Vec<serde_json::Value> = std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for actions in delta_commits(table) {
         let txn = actions.iter().find_map(|a| a["txn"]["version"].as_i64());
         let info = actions.iter().find(|a| a.get("commitInfo").is_some()).map(|a| a["commitInfo"].clone()).unwrap_or_default();
         if let (Some(txn), true) = (txn, actions.iter().any(|a| a.get("add").is_some())) {
@@ -184,11 +181,9 @@ fn data_commits(table: &Path) -> Vec<(i64, u64, u64)> {
 
 /// The files each data commit of a table's Delta log adds, by its `txn` version.
 fn files_per_commit(table: &Path) -> Vec<(i64, usize)> {
-    let mut logs: Vec<_> = std::fs::read_dir(table.join("_delta_log")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
-    logs.sort();
-    logs.iter()
-        .filter_map(|log| {
-            let actions: Vec<serde_json::Value> = std::fs::read_to_string(log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    delta_commits(table)
+        .iter()
+        .filter_map(|actions| {
             let adds = actions.iter().filter(|a| a.get("add").is_some()).count();
             actions.iter().find_map(|a| a["txn"]["version"].as_i64()).filter(|_| adds > 0).map(|txn| (txn, adds))
         })

@@ -409,6 +409,8 @@ pub(crate) struct Setup {
     pub(crate) preloaded: u64,
     /// Extra source connector lines (`bootstrap = true`, ...).
     pub(crate) source_extra: &'static str,
+    /// Extra bronze connector lines (`max_rows_per_commit = 150`).
+    pub(crate) bronze_extra: &'static str,
     /// Extra silver connector lines (`deletion_vectors = true`).
     pub(crate) silver_extra: &'static str,
     /// Run the compose stack's own files (`compose/worker.toml`, `compose/connectors/`)
@@ -420,7 +422,7 @@ pub(crate) struct Setup {
 
 impl Default for Setup {
     fn default() -> Self {
-        Self { start: Start::SourceFirst, worker_extra: "", s3: false, preloaded: 0, source_extra: "", silver_extra: "", compose: None, registry: None }
+        Self { start: Start::SourceFirst, worker_extra: "", s3: false, preloaded: 0, source_extra: "", bronze_extra: "", silver_extra: "", compose: None, registry: None }
     }
 }
 
@@ -534,7 +536,7 @@ impl Pipeline {
                 std::fs::write(&worker, format!("{}{}", std::fs::read_to_string(&worker).unwrap(), setup.worker_extra)).unwrap();
                 let sinks = sink_worker(dir.path(), &broker);
                 std::fs::write(&sinks, format!("{}{}", std::fs::read_to_string(&sinks).unwrap(), setup.worker_extra)).unwrap();
-                let bronze = bronze_file_in(dir.path(), &lake, "orders", &topic, BRONZE_APP, &avro);
+                let bronze = bronze_file_in(dir.path(), &lake, "orders", &topic, BRONZE_APP, &format!("{avro}{}", setup.bronze_extra));
                 let silver = silver_file_in(dir.path(), &lake, 20, setup.silver_extra);
                 Files { source_worker: worker, source: connector, sink_worker: sinks, bronze, silver, tables: Tables::of(&lake), env: Vec::new() }
             }
@@ -570,8 +572,15 @@ impl Pipeline {
 
     /// The main workload: `changes` changes at `rate` changes/s, concurrently with the stages.
     pub(crate) fn workload(&self, changes: u64, rate: u64, seed: u64) -> WorkloadProcess {
+        self.workload_of(changes, rate, seed, 1..=10)
+    }
+
+    /// [`Self::workload`] with transactions of `size` statements (the last one ends at
+    /// `changes`).
+    pub(crate) fn workload_of(&self, changes: u64, rate: u64, seed: u64, size: std::ops::RangeInclusive<u32>) -> WorkloadProcess {
         let (changes, rate, seed, preloaded) = (changes.to_string(), rate.to_string(), seed.to_string(), self.preloaded.to_string());
-        let args = ["--changes", &changes, "--rate", &rate, "--seed", &seed, "--max-transaction-size", "10", "--preloaded", &preloaded];
+        let (min, max) = (size.start().to_string(), size.end().to_string());
+        let args = ["--changes", &changes, "--rate", &rate, "--seed", &seed, "--min-transaction-size", &min, "--max-transaction-size", &max, "--preloaded", &preloaded];
         WorkloadProcess::spawn(self.sim.address, &self.dir.path().join("workload.log"), &args).unwrap()
     }
 
@@ -762,6 +771,54 @@ async fn the_pipeline_with_deletion_vectors_in_silver_matches_the_simulator() {
     let (found, _) = pipeline.catch_up_and_check(workload, Duration::from_secs(120)).await;
     assert_eq!(found.silver_reader.as_deref(), Some("deletion vectors"), "silver has the deletionVectors feature");
     assert_deletion_vectors_written(&pipeline.tables.silver);
+    for stage in &pipeline.stages {
+        assert_quiet(stage);
+    }
+}
+
+/// One source transaction larger than every stage's limit (the source's `fetch_rows`, bronze's
+/// `max_rows_per_commit`, silver's `max_rows_per_apply`) stays whole where it must and goes
+/// in pieces everywhere else: one batch on the log (batches are commit-aligned), in bronze
+/// files of at most the commit limit under the batch's one commit, applied to silver in key
+/// slices; the pipeline still ends with silver equal to the table, bronze holding each change
+/// once and the facts tiling the log. Transactions of 1,500 changes here; `bench backlog
+/// --transaction-size 1000000` passes one of a million and prints each stage's peak memory.
+#[tokio::test(flavor = "multi_thread")]
+async fn transactions_larger_than_every_stages_limit_pass_in_pieces() {
+    const BRONZE_ROWS: u64 = 150;
+    const SILVER_ROWS: u64 = 200;
+    let setup = Setup { source_extra: "fetch_rows = 100", bronze_extra: "max_rows_per_commit = 150", silver_extra: "max_rows_per_apply = 200", ..Setup::default() };
+    let mut pipeline = Pipeline::start(setup);
+    let workload = pipeline.workload_of(4500, 0, 23, 1500..=1500);
+    let (_, controls) = pipeline.catch_up_and_check(workload, Duration::from_secs(300)).await;
+    let large: Vec<&ControlRecord> = controls.iter().filter(|c| c.rows >= 1500).collect();
+    assert!(!large.is_empty(), "a batch holds a whole transaction: {:?}", controls.iter().map(|c| c.rows).collect::<Vec<_>>());
+
+    let bronze = support::delta_commits(std::path::Path::new(&pipeline.tables.bronze));
+    let silver = support::delta_commits(std::path::Path::new(&pipeline.tables.silver));
+    let info = |actions: &[serde_json::Value]| actions.iter().find_map(|a| a.get("commitInfo").cloned()).unwrap_or_default();
+    for batch in large {
+        // Bronze: the commit holding the batch (its first..=last batch ids cover it) added files
+        // of at most BRONZE_ROWS rows each, as many as the batch needs at least.
+        let commit = bronze
+            .iter()
+            .find(|actions| {
+                let info = info(actions);
+                info["mssql_cdc.first_batch_id"].as_u64().is_some_and(|first| first <= batch.batch_id) && info["mssql_cdc.batch_id"].as_u64().is_some_and(|last| last >= batch.batch_id)
+            })
+            .unwrap_or_else(|| panic!("no bronze commit holds batch {}", batch.batch_id));
+        let rows: Vec<u64> = commit.iter().filter_map(|a| a["add"]["stats"].as_str()).map(|stats| serde_json::from_str::<serde_json::Value>(stats).unwrap()["numRecords"].as_u64().unwrap()).collect();
+        assert!(rows.iter().all(|n| *n <= BRONZE_ROWS) && rows.len() as u64 >= batch.rows.div_ceil(BRONZE_ROWS), "batch {} ({} rows) in bronze files of at most {BRONZE_ROWS} rows: {rows:?}", batch.batch_id, batch.rows);
+        // Silver: the batch (a step of its own: it passes the row limit alone) went in slices
+        // "k of n", of about SILVER_ROWS rows each (a key is never split, so repeated keys
+        // make slices larger: at most twice here), every one of them committed.
+        let slices: Vec<String> = silver.iter().map(|actions| info(actions)).filter(|info| info["mssql_cdc.batch_id"].as_u64() == Some(batch.batch_id)).filter_map(|info| info["mssql_cdc.slice"].as_str().map(str::to_owned)).collect();
+        let count: u64 = slices.first().and_then(|s| s.rsplit(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("batch {} ({} rows) was applied to silver without slices", batch.batch_id, batch.rows));
+        assert!(count * SILVER_ROWS * 2 >= batch.rows, "batch {} ({} rows) in slices of at most {} rows: {slices:?}", batch.batch_id, batch.rows, SILVER_ROWS * 2);
+        for index in 1..=count {
+            assert!(slices.contains(&format!("{index} of {count}")), "slice {index} of {count} committed: {slices:?}");
+        }
+    }
     for stage in &pipeline.stages {
         assert_quiet(stage);
     }

@@ -45,6 +45,16 @@ pub struct BacklogBench {
     /// than this is applied in slices of keys; `100000000` applies any batch whole.
     #[arg(long)]
     silver_max_rows_per_apply: Option<u64>,
+    /// Changes per transaction: every transaction of the backlog has this many, the last one
+    /// ending at `--changes` (without it, 1 to 5). `--changes 1000000 --transaction-size
+    /// 1000000` is one source transaction of a million changes.
+    #[arg(long)]
+    transaction_size: Option<u32>,
+    /// Percent of the changes that insert new orders; 100 is a bulk load, every change a new
+    /// key. The workload's other shares follow (updates 35, key moves 5, deletes the rest):
+    /// at 80, 20% updates; at 20, 40% deletes.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
+    insert_percent: u32,
     /// Run silver with `deletion_vectors = true` (rows replaced by marks, not file rewrites).
     #[arg(long)]
     silver_deletion_vectors: bool,
@@ -80,7 +90,10 @@ pub async fn run(args: BacklogBench) -> anyhow::Result<ExitCode> {
     }
     let files = Files::write(&dir, &kafka.bootstrap_servers, services.sim_address, &source_extra, &silver_extra)?;
 
-    let options = WorkloadOptions { rate: 0, changes: args.changes, ..WorkloadOptions::default() };
+    let mut options = WorkloadOptions { rate: 0, changes: args.changes, insert_percent: args.insert_percent, ..WorkloadOptions::default() };
+    if let Some(size) = args.transaction_size {
+        (options.min_transaction_size, options.max_transaction_size) = (size, size);
+    }
     let workload_sim = sim.clone();
     let made = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
     let change_rows = sim.change_count("dbo_orders") as u64;
@@ -161,8 +174,9 @@ fn print_backlog(args: &BacklogBench, made: &mssql_cdc_sim::workload::WorkloadRe
     }
     println!();
     println!(
-        "backlog: {} changes in {} transactions, {rows} change rows, {:.0} MB on the data topic (made in {:.0} s, no stage running); the three stages started together; broker storage {}; max_commits_per_batch {}; silver {}, max_rows_per_apply {}; machine: {} cores",
+        "backlog: {} changes ({}% inserts) in {} transactions, {rows} change rows, {:.0} MB on the data topic (made in {:.0} s, no stage running); the three stages started together; broker storage {}; max_commits_per_batch {}; silver {}, max_rows_per_apply {}; machine: {} cores",
         made.changes,
+        args.insert_percent,
         made.transactions,
         bytes as f64 / 1e6,
         made.elapsed.as_secs_f64(),

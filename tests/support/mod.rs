@@ -46,6 +46,14 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{nanos}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
+/// A local Delta table's JSON commits, read directly from its `_delta_log`, in version order:
+/// each commit's actions.
+pub fn delta_commits(table: &Path) -> Vec<Vec<serde_json::Value>> {
+    let mut logs: Vec<_> = std::fs::read_dir(table.join("_delta_log")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    logs.sort();
+    logs.iter().map(|log| std::fs::read_to_string(log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()).collect()
+}
+
 /// `mssql-cdc run` for a connector file, its log kept in memory, with extra environment
 /// variables; panics when it cannot start.
 pub fn spawn_stage(worker: &Path, connector: &Path, env: &[(&str, &str)]) -> StageProcess {

@@ -73,9 +73,15 @@ pub struct WorkloadOptions {
     /// Stop after this many changes.
     #[arg(long, default_value_t = 10_000)]
     pub changes: u64,
-    /// Statements per transaction: a random size from 1 to this.
+    /// Statements per transaction: a random size from `--min-transaction-size` to this.
     #[arg(long, default_value_t = 5)]
     pub max_transaction_size: u32,
+    /// The smallest transaction, in statements (the run's last transaction may be smaller: it
+    /// ends at `--changes`; a `--max-transaction-size` below this is taken as this). Equal to `--max-transaction-size`, every transaction has that size:
+    /// `--changes 1000000 --min-transaction-size 1000000 --max-transaction-size 1000000` is one
+    /// transaction of a million changes.
+    #[arg(long, default_value_t = 1)]
+    pub min_transaction_size: u32,
     /// Percent of statements that insert.
     #[arg(long, default_value_t = 50)]
     pub insert_percent: u32,
@@ -95,7 +101,7 @@ pub struct WorkloadOptions {
 
 impl Default for WorkloadOptions {
     fn default() -> Self {
-        Self { rate: 1000, changes: 10_000, max_transaction_size: 5, insert_percent: 50, update_percent: 35, key_update_percent: 5, hot_key_percent: 80, seed: 7 }
+        Self { rate: 1000, changes: 10_000, max_transaction_size: 5, min_transaction_size: 1, insert_percent: 50, update_percent: 35, key_update_percent: 5, hot_key_percent: 80, seed: 7 }
     }
 }
 
@@ -256,7 +262,8 @@ impl Workload {
         let started = Instant::now();
         let mut report = WorkloadReport::default();
         while report.changes < self.options.changes && !self.stopped() {
-            let size = self.rng.random_range(1..=self.options.max_transaction_size.max(1));
+            let smallest = self.options.min_transaction_size.max(1);
+            let size = self.rng.random_range(smallest..=self.options.max_transaction_size.max(smallest));
             let snapshot = self.next_id;
             self.undo.clear();
             let mut changed = 0u64;
@@ -380,5 +387,41 @@ mod tests {
             workload.next_statement();
         }
         assert!(changed > 25, "only {changed} of 50 transactions changed the keys: the test undoes nothing");
+    }
+
+    /// Every transaction but the last has `--min-transaction-size` statements or more: with
+    /// both bounds equal, a run is transactions of exactly that size (the bench's "one large
+    /// transaction"), the last one ending at `--changes`.
+    #[test]
+    fn equal_bounds_make_transactions_of_that_size() {
+        /// Counts the statements between each BEGIN TRANSACTION and its COMMIT.
+        #[derive(Default)]
+        struct Sizes {
+            open: Option<usize>,
+            closed: Vec<usize>,
+        }
+        impl SqlClient for Sizes {
+            fn execute(&mut self, sql: &str, _: &[(String, Value)]) -> Result<u64, SqlError> {
+                match sql {
+                    "BEGIN TRANSACTION" => self.open = Some(0),
+                    "COMMIT" => self.closed.extend(self.open.take()),
+                    _ => match self.open.as_mut() {
+                        Some(open) => *open += 1,
+                        None => self.closed.push(1),
+                    },
+                }
+                Ok(1)
+            }
+        }
+        let options = WorkloadOptions { rate: 0, changes: 2500, min_transaction_size: 1000, max_transaction_size: 1000, ..WorkloadOptions::default() };
+        let mut sizes = Sizes::default();
+        let report = Workload::new(options, Vec::new()).run(&mut sizes).unwrap();
+        assert_eq!(sizes.closed, vec![1000, 1000, 500]);
+        assert_eq!((report.transactions, report.changes), (3, 2500));
+        let options = WorkloadOptions { rate: 0, changes: 3000, min_transaction_size: 40, max_transaction_size: 60, ..WorkloadOptions::default() };
+        let mut sizes = Sizes::default();
+        Workload::new(options, Vec::new()).run(&mut sizes).unwrap();
+        let last = sizes.closed.pop().unwrap();
+        assert!(sizes.closed.iter().all(|n| (40..=60).contains(n)) && last <= 60, "sizes: {:?}, last {last}", sizes.closed);
     }
 }

@@ -98,6 +98,8 @@ pub struct Applier {
     max_rows: i64,
     /// Replace and delete rows by deletion vectors ([`super::mark`]).
     deletion_vectors: bool,
+    /// Silver's `delta.targetFileSize`, bytes ([`super::layout`]).
+    target_file_size: u64,
     /// Silver's key columns kept between those MERGEs ([`KeyCache`]).
     key_cache: KeyCache,
     /// Whether the "facts name another bronze table" warning was given.
@@ -155,6 +157,7 @@ impl Applier {
             max_batches: options.max_batches_per_apply,
             max_rows: options.max_rows_per_apply,
             deletion_vectors: options.deletion_vectors,
+            target_file_size: options.target_file_size,
             key_cache: KeyCache::default(),
             warned_other_target: std::sync::atomic::AtomicBool::new(false),
             connector: "apply".to_owned(),
@@ -372,8 +375,13 @@ impl Applier {
         }
         let Some(folded) = folded else { return Ok(false) };
         let table = match self.silver.take() {
-            Some(table) if self.deletion_vectors => self.mark(table, folded, keys, properties, metadata.into_iter().collect(), report).await?,
-            Some(table) => self.merge(table, folded, keys, properties, report).await?,
+            Some(table) => {
+                let table = super::layout::with_target_file_size(table, self.target_file_size, &self.silver_location).await?;
+                match self.deletion_vectors {
+                    true => self.mark(table, folded, keys, properties, metadata.into_iter().collect(), report).await?,
+                    false => self.merge(table, folded, keys, properties, report).await?,
+                }
+            }
             None => self.create(folded, keys, properties, report).await?,
         };
         self.silver = Some(table);
@@ -421,6 +429,7 @@ impl Applier {
     async fn create(&self, folded: RecordBatch, keys: &[String], properties: CommitProperties, report: &mut StepReport) -> Result<DeltaTable, SilverError> {
         let schema = silver_schema(&folded.schema());
         let table = delta::create(&self.silver_location, &self.storage, &schema, &silver_comments(), &format!("mssql-cdc silver of {}", self.bronze_url)).await?;
+        let table = super::layout::with_target_file_size(table, self.target_file_size, &self.silver_location).await?;
         let upserts = upserts_sorted(&folded, keys)?;
         report.inserted += upserts.num_rows() as u64;
         let table = table
@@ -468,6 +477,7 @@ impl Applier {
             .with_target_alias("target")
             .with_writer_properties(writer_properties())
             .with_commit_properties(properties)
+            .with_session_state(merge_session(&self.silver_location)?)
             .when_matched_delete(|delete| delete.predicate(format!("source.{} AND {newer}", ident(DELETE))))
             .and_then(|b| b.when_matched_update(|update| columns.iter().fold(update.predicate(format!("NOT source.{} AND {newer}", ident(DELETE))), |u, c| u.update(ident(c), format!("source.{}", ident(c))))))
             .and_then(|b| b.when_not_matched_insert(|insert| columns.iter().fold(insert.predicate(format!("NOT source.{}", ident(DELETE))), |i, c| i.set(ident(c), format!("source.{}", ident(c))))))
@@ -506,6 +516,18 @@ fn consecutive_run(facts: Vec<BatchFact>, from: i64, max_rows: i64, ours: impl F
         run.push(fact);
     }
     (run, other)
+}
+
+/// The DataFusion session a copy-on-write MERGE plans and runs in: delta-rs's defaults with
+/// one target partition. With more, the MERGE repartitions the joined rows by the file they
+/// came from, and DataFusion's repartition keeps queueing rows for one file's writer while
+/// another partition's queue is empty: the scan outran the Parquet writer and silver's memory
+/// grew with the table (a 10M-change backlog took it past 700 MB; one MERGE into a 580k-row
+/// table peaked at 372–413 MB, 265 MB with one partition, in the same time; docs/adr/0017).
+fn merge_session(location: &str) -> Result<std::sync::Arc<dyn deltalake::datafusion::catalog::Session>, SilverError> {
+    let overrides = [("datafusion.execution.target_partitions".to_owned(), "1".to_owned())].into_iter().collect();
+    let context = deltalake::delta_datafusion::DeltaSessionContext::new_with_session_overrides(&overrides).map_err(|e| SilverError::delta_at(location, e))?;
+    Ok(std::sync::Arc::new(context.state()))
 }
 
 /// Rows per Parquet row group in the files silver writes.

@@ -59,6 +59,12 @@ pub struct SilverOptions {
     /// appends the new images (cost follows the batch, not the files it touches; readers need
     /// Delta reader version 3 with `deletionVectors`). Turning it on upgrades silver's protocol.
     pub deletion_vectors: bool,
+    /// Size of the files silver writes, MiB: kept as the silver table's `delta.targetFileSize`,
+    /// which a copy-on-write MERGE, the rebuild after a snapshot and `optimize` write files up
+    /// to. A rewrite holds about one such file in memory per writer, so this bounds silver's
+    /// memory however large the table grows; larger files mean fewer of them for readers.
+    /// Default 32, 1–1024.
+    pub target_file_size_mb: u64,
     /// Object-store settings for all four tables (as `delta-bronze`'s `[storage_options]`).
     pub storage_options: StorageOptions,
 }
@@ -129,6 +135,7 @@ impl Default for SilverOptions {
             max_rows_per_apply: 100_000,
             poll_interval_ms: 1000,
             deletion_vectors: false,
+            target_file_size_mb: 32,
             storage_options: StorageOptions::default(),
         }
     }
@@ -173,6 +180,8 @@ pub struct SilverSettings {
     pub poll_interval: Duration,
     /// Replace and delete silver rows by deletion vectors instead of rewriting their files.
     pub deletion_vectors: bool,
+    /// Silver's `delta.targetFileSize`, bytes (1 MiB to 1 GiB).
+    pub target_file_size: u64,
     /// Object-store settings of the four tables.
     pub storage_options: StorageOptions,
     /// With `topic`: the tables' templates and overrides; `None`: one table, as above.
@@ -220,6 +229,9 @@ impl ConnectorKind for SilverOptions {
         if self.poll_interval_ms == 0 {
             problems.invalid("poll_interval_ms", "zero", "milliseconds, at least 1");
         }
+        if !(1..=1024).contains(&self.target_file_size_mb) {
+            problems.invalid("target_file_size_mb", "out of range", "MiB, an integer from 1 to 1024");
+        }
         self.storage_options.validate(problems, "storage_options");
         let app_id = self.app_id.filter(|app_id| !app_id.trim().is_empty());
         if app_id.is_none() {
@@ -242,6 +254,7 @@ impl ConnectorKind for SilverOptions {
             max_rows_per_apply: i64::try_from(self.max_rows_per_apply).ok()?,
             poll_interval: Duration::from_millis(self.poll_interval_ms),
             deletion_vectors: self.deletion_vectors,
+            target_file_size: self.target_file_size_mb << 20,
             storage_options: self.storage_options,
             templates: if templated { Some(templates?) } else { None },
         })

@@ -13,6 +13,7 @@ pub mod control;
 pub mod error;
 pub mod fold;
 pub mod key_cache;
+pub mod layout;
 pub mod mark;
 pub mod slice;
 #[cfg(test)]
