@@ -61,9 +61,8 @@ pub struct SilverOptions {
     pub deletion_vectors: bool,
     /// Size of the files silver writes, MiB: kept as the silver table's `delta.targetFileSize`,
     /// which a copy-on-write MERGE, the rebuild after a snapshot and `optimize` write files up
-    /// to. A rewrite holds about one such file in memory per writer, so this bounds silver's
-    /// memory however large the table grows; larger files mean fewer of them for readers.
-    /// Default 32, 1–1024.
+    /// to. A rewrite holds the file it is writing in memory, so smaller files lower silver's
+    /// peak; larger files mean fewer of them for readers. Default 32, 1–1024.
     pub target_file_size_mb: u64,
     /// Object-store settings for all four tables (as `delta-bronze`'s `[storage_options]`).
     pub storage_options: StorageOptions,
