@@ -464,16 +464,16 @@ fn queue_kbytes(largest: u64, kbytes: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// A record as large as `message.max.bytes` allows always fits the queue, which otherwise
     /// keeps its size.
     #[test]
     fn the_queue_holds_at_least_one_largest_record() {
-        assert_eq!(super::queue_kbytes(1_000_000, 65_536), 65_536);
-        assert_eq!(super::queue_kbytes(100_000_000, 65_536), 97_657);
-        assert_eq!(super::queue_kbytes(0, 65_536), 65_536);
+        assert_eq!(queue_kbytes(1_000_000, 65_536), 65_536);
+        assert_eq!(queue_kbytes(100_000_000, 65_536), 97_657);
+        assert_eq!(queue_kbytes(0, 65_536), 65_536);
     }
-
-    use super::*;
 
     /// A handed-off set survives the next `begin` (its task still waits for it) while an
     /// abandoned one is dropped, so its late reports count nowhere; each set is its own.

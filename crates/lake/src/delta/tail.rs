@@ -39,7 +39,8 @@ use arrow::array::{Array, Int64Array, RecordBatch};
 use arrow::compute::kernels::cmp::{gt, lt_eq};
 use arrow::datatypes::{DataType, SchemaRef};
 #[allow(deprecated)] // the object-store reader delta-rs itself builds on
-use deltalake::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+use deltalake::parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStream, ParquetRecordBatchStreamBuilder};
+use deltalake::parquet::errors::ParquetError;
 use deltalake::{DeltaTable, ObjectStore, Path};
 use futures::{StreamExt, TryStreamExt};
 
@@ -208,9 +209,7 @@ impl Tail {
         let store = self.table.log_store().object_store(None);
         let wanted: Vec<usize> = (0..self.files.len()).filter(|&i| self.files[i].meets(after, up_to)).collect();
         for i in wanted {
-            #[allow(deprecated)] // the reader delta-rs itself builds on
-            let reader = ParquetObjectReader::new(store.clone(), self.files[i].path.clone()).with_file_size(self.files[i].size);
-            let mut stream = ParquetRecordBatchStreamBuilder::new(reader).await.and_then(|builder| builder.build()).map_err(|e| self.error(e))?;
+            let mut stream = open_file(store.clone(), self.files[i].path.clone(), self.files[i].size).await.map_err(|e| self.error(e))?;
             let mut range = None;
             while let Some(batch) = stream.try_next().await.map_err(|e| self.error(e))? {
                 let batch = conform(&batch, &self.schema).map_err(|e| self.error(e))?;
@@ -329,10 +328,7 @@ fn plain_table(table: &DeltaTable) -> bool {
 
 /// The rows of the file at `path` (`size` bytes) in `schema`, and the range of `column` among them.
 async fn read_file(store: Arc<dyn ObjectStore>, path: Path, size: u64, schema: SchemaRef, column: String) -> Result<(Vec<RecordBatch>, Option<(i64, i64)>), Box<dyn std::error::Error + Send + Sync>> {
-    #[allow(deprecated)] // the reader delta-rs itself builds on
-    let reader = ParquetObjectReader::new(store, path).with_file_size(size);
-    let stream = ParquetRecordBatchStreamBuilder::new(reader).await?.build()?;
-    let batches: Vec<RecordBatch> = stream.try_collect().await?;
+    let batches: Vec<RecordBatch> = open_file(store, path, size).await?.try_collect().await?;
     let mut range: Option<(i64, i64)> = None;
     let mut conformed = Vec::with_capacity(batches.len());
     for batch in batches {
@@ -341,6 +337,13 @@ async fn read_file(store: Arc<dyn ObjectStore>, path: Path, size: u64, schema: S
         conformed.push(batch);
     }
     Ok((conformed, range))
+}
+
+/// A reader of the Parquet file at `path` (`size` bytes) that decodes it a batch at a time.
+#[allow(deprecated)] // the reader delta-rs itself builds on
+async fn open_file(store: Arc<dyn ObjectStore>, path: Path, size: u64) -> Result<ParquetRecordBatchStream<ParquetObjectReader>, ParquetError> {
+    let reader = ParquetObjectReader::new(store, path).with_file_size(size);
+    ParquetRecordBatchStreamBuilder::new(reader).await?.build()
 }
 
 /// The least and greatest value of the integer `column` in `batch`, if any.
