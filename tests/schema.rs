@@ -426,6 +426,34 @@ async fn fail_stops_on_the_first_ddl_and_classify_goes_past_it() {
     assert!(source.stop().is_some_and(|s| s.success()), "{}", source.logs());
 }
 
+/// A DDL inside a backlog read in batches cut at 20 commits, each next batch planned ahead on
+/// the stream's second connection: the batch carrying the DDL still ends with it (a plan made
+/// ahead never runs past a DDL), the batches tile the range, and every insert is published
+/// once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ddl_inside_a_backlog_ends_its_batch_when_batches_are_planned_ahead() {
+    let items = Items::start("int").await;
+    let config = items.sim.client_config();
+    let inserts = |ids: std::ops::Range<u32>| ids.map(|i| format!("INSERT INTO dbo.items (id, qty, label) VALUES ({i}, {i}, N'a');")).collect::<String>();
+    exec(&config, &inserts(1..151)).await;
+    exec(&config, "ALTER TABLE dbo.items ADD region nvarchar(20) NULL").await;
+    exec(&config, &inserts(151..301)).await;
+    let ddl_lsn = items.ddl_lsns().await.remove(0);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut source = items.source("source.toml", "");
+    let controls = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(60)).await;
+    let scraped = source.scrape().unwrap_or_default();
+    let ahead = mssql_cdc_testkit::metrics::sum(&scraped, "mssql_cdc_source_batches_planned_ahead_total").unwrap_or(0.0);
+    assert!(ahead >= 5.0, "batches on both sides of the DDL were planned ahead ({ahead}):\n{scraped}");
+    let changes = schema_changes(&controls);
+    assert_eq!(changes.len(), 1, "one event for the DDL");
+    assert_eq!(changes[0].0.to_lsn.to_string(), ddl_lsn, "the batch carrying the DDL ends with it");
+    assert!(controls.windows(2).all(|w| w[1].from_lsn == w[0].to_lsn), "the batches tile the range");
+    assert!(controls.iter().all(|c| c.commits <= 20), "no batch above max_commits_per_batch");
+    assert_eq!(controls.iter().map(|c| c.rows).sum::<u64>(), 300, "every insert published once");
+    assert!(source.stop().is_some_and(|s| s.success()), "{}", source.logs());
+}
+
 /// `classify` stops on a narrowing type change before a row of its batch is read, naming the
 /// column and the cast that keeps the log's type; a restart stops again (the check is against
 /// the log's schema); with the cast the stream goes past, the log's type unchanged.

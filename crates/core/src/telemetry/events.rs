@@ -178,6 +178,28 @@ impl SourceBatchPublished<'_> {
     }
 }
 
+/// A batch starts from a plan made ahead on the stream's second connection.
+pub struct SourceBatchPlannedAhead<'a> {
+    /// The connector.
+    pub connector: &'a str,
+    /// The capture instance.
+    pub capture_instance: &'a str,
+    /// Where the batch starts (the LSN it reads after).
+    pub from_lsn: &'a dyn std::fmt::Display,
+    /// Commits planned (the limit's extra one included).
+    pub commits: usize,
+}
+
+impl SourceBatchPlannedAhead<'_> {
+    /// Logs at trace and counts the batch.
+    pub fn emit(self) {
+        use super::metrics::*;
+        tracing::trace!(connector = %self.connector, capture_instance = %self.capture_instance, from_lsn = %self.from_lsn, commits = self.commits, "batch planned ahead");
+        let labels = [("connector", self.connector.to_owned()), ("capture_instance", self.capture_instance.to_owned())];
+        metrics::counter!(SOURCE_BATCHES_PLANNED_AHEAD_TOTAL, &labels).increment(1);
+    }
+}
+
 /// The source published a batch of snapshot rows.
 pub struct SourceSnapshotRead<'a> {
     /// The connector.
@@ -385,7 +407,7 @@ pub fn register_stage(connector: &str) {
 pub fn register_source(connector: &str, capture_instance: &str) {
     use super::metrics::*;
     let labels = [("connector", connector), ("capture_instance", capture_instance)];
-    register(&[SOURCE_ROWS_TOTAL, SOURCE_BYTES_TOTAL, SOURCE_BATCHES_TOTAL, SOURCE_RETRIES_TOTAL, SOURCE_SNAPSHOT_ROWS_TOTAL], &labels);
+    register(&[SOURCE_ROWS_TOTAL, SOURCE_BYTES_TOTAL, SOURCE_BATCHES_TOTAL, SOURCE_BATCHES_PLANNED_AHEAD_TOTAL, SOURCE_RETRIES_TOTAL, SOURCE_SNAPSHOT_ROWS_TOTAL], &labels);
     // Progress gauges read 0 until a snapshot publishes rows.
     let owned: Vec<(&'static str, String)> = labels.iter().map(|(key, value)| (*key, (*value).to_owned())).collect();
     for name in [SOURCE_SNAPSHOT_ROWS_DONE, SOURCE_SNAPSHOT_ROWS_EXPECTED] {

@@ -34,6 +34,9 @@ pub const SOURCE_ROWS_TOTAL: &str = "mssql_cdc_source_rows_total";
 pub const SOURCE_BYTES_TOTAL: &str = "mssql_cdc_source_bytes_total";
 /// Batches (control records) the source published, heartbeats included (counter).
 pub const SOURCE_BATCHES_TOTAL: &str = "mssql_cdc_source_batches_total";
+/// Batches whose commits were planned on the stream's second connection while the batch
+/// before was read (counter; a backlog read in batches cut by `max_commits_per_batch`).
+pub const SOURCE_BATCHES_PLANNED_AHEAD_TOTAL: &str = "mssql_cdc_source_batches_planned_ahead_total";
 /// Time from planning a batch to its control record's acknowledgement (histogram, seconds).
 pub const SOURCE_BATCH_DURATION_SECONDS: &str = "mssql_cdc_source_batch_duration_seconds";
 /// Server clock minus the commit time of `sys.fn_cdc_get_max_lsn()` (gauge, seconds).
@@ -110,6 +113,7 @@ fn describe_all() {
     describe_counter!(SOURCE_ROWS_TOTAL, Unit::Count, "Change rows published, per capture instance.");
     describe_counter!(SOURCE_BYTES_TOTAL, Unit::Bytes, "Bytes of data records published, per capture instance.");
     describe_counter!(SOURCE_BATCHES_TOTAL, Unit::Count, "Batches published (control records, heartbeats included).");
+    describe_counter!(SOURCE_BATCHES_PLANNED_AHEAD_TOTAL, Unit::Count, "Batches planned on a second connection while the batch before was read.");
     describe_histogram!(SOURCE_BATCH_DURATION_SECONDS, Unit::Seconds, "From planning a batch to its control record's acknowledgement.");
     describe_gauge!(SOURCE_CAPTURE_LAG_SECONDS, Unit::Seconds, "Server clock minus the commit time of the newest harvested LSN.");
     describe_gauge!(SOURCE_RETENTION_HEADROOM_HOURS, "Hours until CDC cleanup may purge the oldest unpublished change.");
@@ -139,6 +143,7 @@ pub const ALL: &[&str] = &[
     SOURCE_ROWS_TOTAL,
     SOURCE_BYTES_TOTAL,
     SOURCE_BATCHES_TOTAL,
+    SOURCE_BATCHES_PLANNED_AHEAD_TOTAL,
     SOURCE_BATCH_DURATION_SECONDS,
     SOURCE_CAPTURE_LAG_SECONDS,
     SOURCE_RETENTION_HEADROOM_HOURS,

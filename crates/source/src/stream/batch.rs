@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::changes::{ChunkSpec, Chunker, Span};
+use super::ddl::DdlAhead;
 use super::parallel::{self, PartitionedRead};
 use super::switch::Follow;
 use super::{Position, Setup, Step, Stream};
@@ -23,7 +24,7 @@ use mssql_cdc_core::log::debezium::TableNames;
 use mssql_cdc_core::log::encode::{confluent_header, RowEncoder};
 use mssql_cdc_core::log::Envelope;
 use mssql_cdc_core::log::schema::TableSchema;
-use mssql_cdc_core::telemetry::events::SourceBatchPublished;
+use mssql_cdc_core::telemetry::events::{SourceBatchPlannedAhead, SourceBatchPublished};
 use mssql_cdc_types::lsn::Lsn;
 
 /// A planned batch: the commits after the position, at most `max_commits_per_batch` and never
@@ -74,6 +75,7 @@ impl Stream {
             return Ok(Step::Published);
         }
         let mut until = None;
+        let mut switched = false;
         match self.follow(conn, setup, position).await? {
             Follow::Stay => {}
             Follow::Until(s) => until = Some(s),
@@ -81,14 +83,41 @@ impl Stream {
                 // Kept until published: a retried batch carries them too.
                 setup.pending.extend(events);
                 state = reader::server_state(conn, &self.connector, &setup.instance.name).await?;
+                switched = true;
             }
         }
-        let ahead = self.ddl_ahead(conn, setup, position, state.max_lsn).await?;
+        // A plan made ahead (`lookahead`) stands where only the server's maximum LSN bounds
+        // the batch; it brings the state it was planned with (the newest minimum LSN kept).
+        let planned = if until.is_none() && !switched {
+            position.lookahead.take(position.lsn).await
+        } else {
+            position.lookahead.discard();
+            None
+        };
+        let newest_max = state.max_lsn;
+        let (ahead, planned) = match planned {
+            Some(planned) => {
+                state = ServerState { min_lsn: state.min_lsn.max(planned.state.min_lsn), ..planned.state };
+                (DdlAhead { ddl: Vec::new(), captured: None }, Some(planned.commits))
+            }
+            None => (self.ddl_ahead(conn, setup, position, state.max_lsn).await?, None),
+        };
         let bound = [ahead.bound(), until].into_iter().flatten().min();
-        let Some(mut plan) = self.plan(conn, setup, position, &state, bound).await? else {
+        let Some(mut plan) = self.plan(conn, setup, position, &state, bound, planned).await? else {
             return Ok(Step::Idle);
         };
+        // Caught up only with the newest maximum LSN known (a plan made ahead read an older one).
+        plan.caught_up = plan.to >= newest_max.max(state.max_lsn);
         let schema_changes = self.apply_ddl(conn, setup, position, &ahead, plan.to).await?;
+        // A chunked snapshot's waves write control records of their own after the batch.
+        let snapshot_open = position.snapshot.as_ref().is_some_and(|s| !s.complete);
+        match self.options.max_commits_per_batch {
+            // More commits wait past the limit: plan the next batch while this one is read.
+            Some(limit) if plan.next_unread.is_some() && ahead.ddl.is_empty() && until.is_none() && !snapshot_open => {
+                position.lookahead.start(&self.connector, &setup.instance.name, plan.to, limit);
+            }
+            _ => position.lookahead.close(),
+        }
         plan.events.splice(0..0, setup.pending.iter().cloned());
         plan.events.extend(schema_changes);
         self.publisher.begin();
@@ -105,8 +134,6 @@ impl Stream {
             self.publisher.finish().await?;
             return Ok(Step::Idle);
         }
-        // A chunked snapshot's waves write control records of their own after the batch.
-        let snapshot_open = position.snapshot.as_ref().is_some_and(|s| !s.complete);
         if !plan.caught_up && plan.events.is_empty() && rows.span.count > 0 && !snapshot_open {
             // More commits wait on the server: read them while this batch is encoded and
             // acknowledged.
@@ -138,8 +165,9 @@ impl Stream {
     /// Plans the batch after `position`, ending at `ddl` (the first DDL ahead, or the LSN where
     /// the stream moves to a newer capture instance) when it reaches it (under
     /// `schema_change_policy = "fail"`, just before it when commits come first);
-    /// `None` while CDC has captured nothing yet.
-    async fn plan(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, state: &ServerState, ddl: Option<Lsn>) -> Result<Option<Plan>, SourceError> {
+    /// `None` while CDC has captured nothing yet. `planned`: the commits after the position
+    /// up to `state.max_lsn`, planned ahead (used unless purged changes move the start).
+    async fn plan(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, state: &ServerState, ddl: Option<Lsn>, planned: Option<Vec<Commit>>) -> Result<Option<Plan>, SourceError> {
         let ci = setup.instance.name.as_str();
         // An empty lsn_time_mapping (CDC enabled, nothing captured yet) reports a maximum of
         // zero while the capture instance already has its start LSN: nothing to read yet.
@@ -162,10 +190,13 @@ impl Stream {
         }
         let (zone, warnings) = zone_rule(setup, state);
         let upto = ddl.map_or(state.max_lsn, |lsn| lsn.min(state.max_lsn));
-        let mut commits = if upto > from {
-            reader::plan(conn, &self.connector, from, upto, self.options.max_commits_per_batch).await?
-        } else {
-            Vec::new()
+        let mut commits = match planned {
+            Some(commits) if from == position.lsn && ddl.is_none() => {
+                SourceBatchPlannedAhead { connector: &self.connector_name, capture_instance: ci, from_lsn: &from, commits: commits.len() }.emit();
+                commits
+            }
+            _ if upto > from => reader::plan(conn, &self.connector, from, upto, self.options.max_commits_per_batch).await?,
+            _ => Vec::new(),
         };
         let mut next_unread = match self.options.max_commits_per_batch {
             Some(limit) if commits.len() as u64 > limit => commits.pop(),

@@ -6,6 +6,7 @@ mod batch;
 mod changes;
 mod chunked;
 mod ddl;
+mod lookahead;
 mod offset;
 mod parallel;
 mod pipeline;
@@ -122,6 +123,8 @@ struct Position {
     pipeline: pipeline::Pipeline,
     /// The partitioned readers' connections (`num_partitions` > 1), kept between batches.
     partitions: parallel::Partitions,
+    /// The next batch's plan, made on a second connection while this batch's rows are read.
+    lookahead: lookahead::Lookahead,
 }
 
 /// One capture instance's stream.
@@ -260,6 +263,7 @@ impl Stream {
             position.snapshot_txn = false;
             position.readers.clear();
             position.partitions.connections.clear();
+            position.lookahead.close();
         }
         let streaming = position.open_next.is_none() && position.snapshot.as_ref().is_none_or(|s| s.complete) && self.request.is_none();
         if !streaming {
@@ -450,6 +454,7 @@ impl Stream {
                     readers: Vec::new(),
                     pipeline: pipeline::Pipeline::default(),
                     partitions: parallel::Partitions::default(),
+                    lookahead: lookahead::Lookahead::default(),
                 }
             }
             None => {
@@ -475,6 +480,7 @@ impl Stream {
                     readers: Vec::new(),
                     pipeline: pipeline::Pipeline::default(),
                     partitions: parallel::Partitions::default(),
+                    lookahead: lookahead::Lookahead::default(),
                 }
             }
         };

@@ -242,6 +242,7 @@ mod tests {
             log_schema: None,
             pipeline: Default::default(),
             partitions: Default::default(),
+            lookahead: Default::default(),
         }
     }
 
