@@ -134,10 +134,6 @@ if mode == "full":
         out["errors"].append("silver: %s" % e)
 
 print(json.dumps(out))
-# deltalake's runtime threads can abort the interpreter's teardown; leave at once.
-sys.stdout.flush()
-import os
-os._exit(0)
 "#;
 
 /// A row of `dbo.orders`: (order_id, customer_id, status, amount in cents, currency, note,
@@ -1064,9 +1060,6 @@ import sys, json
 from deltalake import DeltaTable
 rows = DeltaTable(sys.argv[1]).to_pyarrow_table(columns=["order_id", "status", "amount"]).to_pylist()
 print(json.dumps(sorted([[r["order_id"], r["status"], r["amount"]] for r in rows], key=lambda r: r[0])))
-sys.stdout.flush()
-import os
-os._exit(0)
 "#;
     let silver: Vec<(i64, String, Option<i64>)> = serde_json::from_str(run_python(script, &[&lake.table("silver")]).trim()).unwrap();
     let mut table: Vec<(i64, String, Option<i64>)> = query_rows(&config, "SELECT order_id, status, amount FROM dbo.orders")

@@ -48,9 +48,6 @@ out = {
     "schema_changes": sorted([[r["batch_id"], json.loads(r["detail"])] for r in f if r["event"] == "schema_change" and r["app_id"] == "items-bronze"], key=lambda r: (r[0], r[1]["ddl_lsn"])),
 }
 print(json.dumps(out))
-sys.stdout.flush()
-import os
-os._exit(0)
 "#;
 
 /// `dbo.items` with CDC on (capture instance `dbo_items`), the broker, and the stages' files.
@@ -169,7 +166,7 @@ impl Items {
                 }
             }
             let applied = run_python(
-                "import sys\nfrom deltalake import DeltaTable\ntry:\n    print(max(r['applied_batch'] for r in DeltaTable(sys.argv[1]).to_pyarrow_table(columns=['applied_batch']).to_pylist()))\nexcept Exception:\n    print(-1)\nimport os\nsys.stdout.flush()\nos._exit(0)\n",
+                "import sys\nfrom deltalake import DeltaTable\ntry:\n    print(max(r['applied_batch'] for r in DeltaTable(sys.argv[1]).to_pyarrow_table(columns=['applied_batch']).to_pylist()))\nexcept Exception:\n    print(-1)\n",
                 &[&self.lake.table("control")],
             );
             if applied.trim().parse::<i64>().unwrap_or(-1) >= last {
@@ -427,9 +424,9 @@ async fn fail_stops_on_the_first_ddl_and_classify_goes_past_it() {
 }
 
 /// A DDL inside a backlog read in batches cut at 20 commits, each next batch planned ahead on
-/// the stream's second connection: the batch carrying the DDL still ends with it (a plan made
-/// ahead never runs past a DDL), the batches tile the range, and every insert is published
-/// once.
+/// the stream's second connection: a plan that would reach the DDL is refused, so the batch
+/// carrying the DDL still ends with it; the batches tile the range, and every insert is
+/// published once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_ddl_inside_a_backlog_ends_its_batch_when_batches_are_planned_ahead() {
     let items = Items::start("int").await;
@@ -444,7 +441,7 @@ async fn a_ddl_inside_a_backlog_ends_its_batch_when_batches_are_planned_ahead() 
     let controls = wait_caught_up(&items.broker.bootstrap, &items.topic, &config, &source, Duration::from_secs(60)).await;
     let scraped = source.scrape().unwrap_or_default();
     let ahead = mssql_cdc_testkit::metrics::sum(&scraped, "mssql_cdc_source_batches_planned_ahead_total").unwrap_or(0.0);
-    assert!(ahead >= 5.0, "batches on both sides of the DDL were planned ahead ({ahead}):\n{scraped}");
+    assert!(ahead >= 5.0, "batches were planned ahead ({ahead}):\n{scraped}");
     let changes = schema_changes(&controls);
     assert_eq!(changes.len(), 1, "one event for the DDL");
     assert_eq!(changes[0].0.to_lsn.to_string(), ddl_lsn, "the batch carrying the DDL ends with it");
@@ -646,9 +643,6 @@ for m in messages(bootstrap, topic, "avro-evolution"):
     writer = int.from_bytes(m.value()[1:5], "big")
     out.append([writer, a["id"], a["qty"], b["qty"], a["_operation"]])
 print(json.dumps(sorted(out)))
-sys.stdout.flush()
-import os
-os._exit(0)
 "#;
     let output = run_python(&script, &[&items.broker.bootstrap, &items.topic, &registry.url, &versions[1].to_string()]);
     let decoded: Vec<(u32, i64, i64, i64, i64)> = serde_json::from_str(output.trim()).expect("the checker's JSON");
@@ -668,9 +662,6 @@ try:
 except Exception:
     rows = []
 print(json.dumps([json.loads(r["detail"]) for r in rows if r["event"] == "column_warnings" and r["app_id"] == app_id]))
-sys.stdout.flush()
-import os
-os._exit(0)
 "#;
 
 /// Computed columns, which CDC stores as NULL in every change row: without `columns` the log

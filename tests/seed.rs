@@ -55,8 +55,6 @@ else:
     pq.write_table(table.slice(0, half), os.path.join(out, "part-0.parquet"))
     pq.write_table(table.slice(half), os.path.join(out, "part-1.parquet"))
 print(table.num_rows)
-sys.stdout.flush()
-os._exit(0)
 "#;
 
 /// `dbo.orders` over TDS now, every column, as JSON rows for [`WRITE_COPY`].

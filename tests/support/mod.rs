@@ -113,8 +113,14 @@ def messages(bootstrap, topic, group):
             seen.add(m.partition())
 "#;
 
+/// What every script [`run_python`] runs ends with: its output flushed, then an immediate exit.
+/// deltalake's runtime threads can abort the interpreter's teardown ("terminate called without
+/// an active exception", seen in CI) after the answer was printed.
+const PYTHON_EPILOGUE: &str = "\nimport os as _os, sys as _sys\n_sys.stdout.flush()\n_os._exit(0)\n";
+
 /// Runs a Python script with arguments; panics with its output if it fails. Returns stdout.
 pub fn run_python(script: &str, args: &[&str]) -> String {
+    let script = format!("{script}{PYTHON_EPILOGUE}");
     let output = Command::new(python()).arg("-c").arg(script).args(args).output().expect("run python");
     assert!(
         output.status.success(),

@@ -71,6 +71,7 @@ impl Stream {
             && let Some(lost) = self.lost_range(conn, setup, position, &state).await?
         {
             self.settle(position).await?;
+            position.lookahead.close();
             self.resnapshot_after_loss(setup, position, lost)?;
             return Ok(Step::Published);
         }
@@ -86,9 +87,11 @@ impl Stream {
                 switched = true;
             }
         }
+        // A chunked snapshot's waves write control records of their own after the batch.
+        let snapshot_open = position.snapshot.as_ref().is_some_and(|s| !s.complete);
         // A plan made ahead (`lookahead`) stands where only the server's maximum LSN bounds
         // the batch; it brings the state it was planned with (the newest minimum LSN kept).
-        let planned = if until.is_none() && !switched {
+        let planned = if until.is_none() && !switched && !snapshot_open {
             position.lookahead.take(position.lsn).await
         } else {
             position.lookahead.discard();
@@ -109,14 +112,13 @@ impl Stream {
         // Caught up only with the newest maximum LSN known (a plan made ahead read an older one).
         plan.caught_up = plan.to >= newest_max.max(state.max_lsn);
         let schema_changes = self.apply_ddl(conn, setup, position, &ahead, plan.to).await?;
-        // A chunked snapshot's waves write control records of their own after the batch.
-        let snapshot_open = position.snapshot.as_ref().is_some_and(|s| !s.complete);
         match self.options.max_commits_per_batch {
-            // More commits wait past the limit: plan the next batch while this one is read.
-            Some(limit) if plan.next_unread.is_some() && ahead.ddl.is_empty() && until.is_none() && !snapshot_open => {
+            // More commits wait past the limit: plan the next batch while this one is read (a
+            // DDL in its range makes the plan refused, and the next batch plans itself).
+            Some(limit) if plan.next_unread.is_some() && until.is_none() && !switched && !snapshot_open => {
                 position.lookahead.start(&self.connector, &setup.instance.name, plan.to, limit);
             }
-            _ => position.lookahead.close(),
+            _ => position.lookahead.idle(),
         }
         plan.events.splice(0..0, setup.pending.iter().cloned());
         plan.events.extend(schema_changes);

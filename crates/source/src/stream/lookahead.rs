@@ -1,21 +1,24 @@
 //! Planning ahead: while one batch's change rows stream over the stream's connection, the next
 //! batch's commits are planned on a second connection, so the change-row reads follow one
-//! another without waiting for the per-batch metadata queries (the server state,
-//! `cdc.ddl_history` and the `cdc.lsn_time_mapping` plan of up to `max_commits_per_batch`
-//! commits).
+//! another without waiting for the per-batch metadata queries (`cdc.ddl_history` and the
+//! `cdc.lsn_time_mapping` plan of up to `max_commits_per_batch` commits, after a state query).
 //!
-//! - The second connection is opened when a batch is cut by `max_commits_per_batch` (more
-//!   commits wait on the server) and closed once the stream catches up, after a fault of the
-//!   stream's connection, or when planning ahead fails.
+//! - A plan is made ahead when a batch is cut by `max_commits_per_batch` (more commits wait on
+//!   the server), no capture-instance switch is due and no snapshot is open. The second
+//!   connection is opened for it, kept while it is used, and closed after [`IDLE`] unused,
+//!   after a fault of the stream's connection, while a snapshot reads, and when planning
+//!   ahead fails (which also turns it off for [`PAUSE`], with a warning).
 //! - A plan made ahead is used only by the batch that starts at the LSN it was planned from,
-//!   and only when nothing else bounds that batch: no capture-instance switch, no DDL up to the
-//!   maximum LSN the plan read, no purged changes. Otherwise, and whenever planning ahead
-//!   failed, the batch plans on the stream's connection as before; the plan made ahead is
-//!   dropped.
-//! - The plan ends at the maximum LSN read on the second connection, which is never newer than
-//!   the state read after the previous batch's rows: a batch planned ahead may stop a little
-//!   short of the server's newest commit, and the next batch goes on from there. The data-loss
-//!   check after the rows still reads the state on the stream's connection.
+//!   and only when nothing else bounds that batch: no capture-instance switch, no open
+//!   snapshot, and no DDL or purged changes up to the maximum LSN the plan read (with any, the
+//!   plan is refused). Otherwise, and whenever planning ahead failed or overran [`WAIT`], the
+//!   batch plans on the stream's connection as before.
+//! - A batch planned ahead ends no later than the maximum LSN read on the second connection,
+//!   which may be older than the one the stream's connection read last: the next batch goes on
+//!   from there. The data-loss check after the rows still reads the state on the stream's
+//!   connection.
+
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
@@ -35,6 +38,15 @@ pub(super) struct Ahead {
 /// What a planning task hands back: the connection, unless it failed, and the plan.
 type Planned = (Option<TdsClient>, Result<Option<Ahead>, SourceError>);
 
+/// How long a batch waits, once the rows before it are read, for its plan made ahead before it
+/// plans on the stream's connection instead.
+const WAIT: Duration = Duration::from_secs(2);
+/// How long planning ahead stays off after it failed or overran [`WAIT`].
+const PAUSE: Duration = Duration::from_secs(60);
+/// How long the second connection stays open unused (a stream near the server's newest commit
+/// cuts a batch now and then; it does not log in again each time).
+const IDLE: Duration = Duration::from_secs(60);
+
 /// The second connection and the plan being made on it.
 #[derive(Default)]
 pub(super) struct Lookahead {
@@ -42,14 +54,22 @@ pub(super) struct Lookahead {
     conn: Option<TdsClient>,
     /// The plan being made, with the LSN it starts after.
     running: Option<(Lsn, JoinHandle<Planned>)>,
+    /// When a plan was last started.
+    last_used: Option<Instant>,
+    /// Planning ahead is off until then (after a failure).
+    paused_until: Option<Instant>,
 }
 
 impl Lookahead {
     /// Starts planning the batch after `from` (at most `limit` commits, plus one to learn
-    /// whether more wait) on the second connection, opening it first when needed. A plan
-    /// still being made is dropped.
+    /// whether more wait) on the second connection, opening it first when needed; not while
+    /// planning ahead is paused. A plan still being made is dropped.
     pub fn start(&mut self, connector: &Connector, instance: &str, from: Lsn, limit: u64) {
         self.discard();
+        if self.paused_until.is_some_and(|until| Instant::now() < until) {
+            return;
+        }
+        self.last_used = Some(Instant::now());
         let (conn, connector, instance) = (self.conn.take(), connector.clone(), instance.to_owned());
         let task = tokio::spawn(async move {
             let mut conn = match conn {
@@ -66,18 +86,44 @@ impl Lookahead {
     }
 
     /// The plan made ahead for the batch after `from`: `None` when none was started there, when
-    /// something bounds the range (DDL) or there was nothing to plan, or when planning failed
-    /// (the batch then plans on the stream's connection, which reports any fault itself).
+    /// something bounds the range (DDL, purged changes) or there was nothing to plan, or when
+    /// planning failed or took longer than [`WAIT`] (planning ahead then pauses for
+    /// [`PAUSE`], with a warning; the batch plans on the stream's connection, which reports
+    /// any fault of the server itself).
     pub async fn take(&mut self, from: Lsn) -> Option<Ahead> {
-        let (planned_from, task) = self.running.take()?;
-        let (conn, result) = task.await.ok()?;
+        let (planned_from, mut task) = self.running.take()?;
+        let outcome = tokio::time::timeout(WAIT, &mut task).await;
+        let (conn, result) = match outcome {
+            Ok(joined) => joined.ok()?,
+            Err(_) => {
+                task.abort();
+                self.pause(&format!("took longer than {} s", WAIT.as_secs()));
+                return None;
+            }
+        };
         self.conn = conn;
         match result {
             Ok(ahead) => ahead.filter(|_| planned_from == from),
             Err(error) => {
-                tracing::debug!(error = %error, from = %planned_from, "planning the next batch ahead failed; it is planned on the stream's connection");
+                self.pause(&error.to_string());
                 None
             }
+        }
+    }
+
+    /// Turns planning ahead off for [`PAUSE`] and closes the second connection.
+    fn pause(&mut self, why: &str) {
+        self.close();
+        self.paused_until = Some(Instant::now() + PAUSE);
+        tracing::warn!(error = %why, pause_seconds = PAUSE.as_secs(), "planning the next batch on a second connection failed; batches are planned on the stream's connection meanwhile");
+    }
+
+    /// A batch that starts no plan: drops any plan being made, and closes the second
+    /// connection once it has gone unused for [`IDLE`].
+    pub fn idle(&mut self) {
+        self.discard();
+        if self.last_used.is_none_or(|used| used.elapsed() >= IDLE) {
+            self.conn = None;
         }
     }
 
@@ -88,7 +134,8 @@ impl Lookahead {
         }
     }
 
-    /// Drops the plan being made and closes the second connection.
+    /// Drops the plan being made and closes the second connection (a fault of the stream's
+    /// connection, a snapshot).
     pub fn close(&mut self) {
         self.discard();
         self.conn = None;

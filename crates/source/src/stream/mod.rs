@@ -269,6 +269,7 @@ impl Stream {
         if !streaming {
             // Snapshots, chunk waves and requests write control records of their own.
             self.settle(position).await?;
+            position.lookahead.close();
         }
         if let Some(opening) = position.open_next.clone() {
             let step = self.open_snapshot(conn, setup, position, &state, &opening).await?;
