@@ -179,17 +179,33 @@ pub async fn optimize(location: &str, storage: &Storage, zorder: &[String], targ
     Ok(OptimizeReport { files_added: metrics.num_files_added, files_removed: metrics.num_files_removed })
 }
 
+/// Attempts of a vacuum whose start or end marker loses a commit race.
+const VACUUM_ATTEMPTS: u32 = 10;
+
 /// Deletes files no version newer than `retention_hours` needs; returns how many.
+///
+/// delta-rs records a vacuum as two commits around the deletes (`VACUUM START`, `VACUUM END`).
+/// On a table its sink keeps writing, a copy-on-write MERGE that lands in between makes the
+/// conflict checker refuse the marker ("a concurrent transaction deleted data this operation
+/// read"; about every other run while silver applied a backlog). The vacuum then runs again on
+/// the new version, up to [`VACUUM_ATTEMPTS`] times, 0.5 s × attempt apart (a sink commits every
+/// few seconds at most): files an earlier attempt deleted are counted again as gone, nothing is
+/// deleted twice.
 pub async fn vacuum(location: &str, storage: &Storage, retention_hours: u64, dry_run: bool) -> Result<usize, DeltaError> {
-    let table = open(location, storage).await?.ok_or_else(|| error(location, "no Delta table there"))?;
-    let (_, metrics) = table
-        .vacuum()
-        .with_retention_period(chrono::Duration::hours(retention_hours as i64))
-        .with_enforce_retention_duration(false)
-        .with_dry_run(dry_run)
-        .await
-        .map_err(|e| error(location, e))?;
-    Ok(metrics.files_deleted.len())
+    let mut attempt = 1;
+    loop {
+        let table = open(location, storage).await?.ok_or_else(|| error(location, "no Delta table there"))?;
+        let run = table.vacuum().with_retention_period(chrono::Duration::hours(retention_hours as i64)).with_enforce_retention_duration(false).with_dry_run(dry_run).await;
+        match run {
+            Ok((_, metrics)) => return Ok(metrics.files_deleted.len()),
+            Err(conflict) if attempt < VACUUM_ATTEMPTS && is_conflict(&conflict) => {
+                tracing::info!(table = %location, attempt, error = %conflict, "a concurrent commit refused the vacuum's marker; vacuuming again on the new version");
+                tokio::time::sleep(std::time::Duration::from_millis(500) * attempt).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(error(location, e)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -198,6 +214,40 @@ mod tests {
     use arrow::array::Int64Array;
     use arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
+
+    /// `vacuum` on a table another writer keeps rewriting (a scheduled vacuum of silver while
+    /// its copy-on-write MERGE runs, here two commits every ~0.1 s) succeeds every time: a start or end marker the conflict
+    /// checker refuses is run again on the new version. Without the retry, about every
+    /// other vacuum of a live silver table failed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn vacuum_succeeds_while_another_writer_replaces_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("busy").to_str().unwrap().to_owned();
+        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let mut table = create(&location, &Storage::new(), &schema, &HashMap::new(), "busy").await.unwrap();
+        let row = move |k: i64| RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![k])) as _]).unwrap();
+        for k in 0..4 {
+            table = append(table, vec![row(k)], "w", k, []).await.unwrap();
+        }
+        // Each round removes one key's file and writes it again: every commit replaces files.
+        let writer = tokio::spawn(async move {
+            for round in 0..40i64 {
+                let (kept, _) = table.delete().with_predicate(format!("k = {}", round % 4)).await.unwrap();
+                table = append(kept, vec![row(round % 4)], "w", round + 4, []).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            table
+        });
+        let mut deleted = 0;
+        for _ in 0..10 {
+            deleted += vacuum(&location, &Storage::new(), 0, false).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        }
+        let table = writer.await.unwrap();
+        assert!(deleted > 0, "the vacuums deleted replaced files");
+        let keys: usize = table.snapshot().unwrap().log_data().num_files();
+        assert_eq!(keys, 4, "one live file per key");
+    }
 
     /// Writers that share a table (several sinks on one facts table) may all find it missing
     /// and create it at once: every one of them must then append without a conflict, each

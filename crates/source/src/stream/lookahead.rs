@@ -38,8 +38,8 @@ pub(super) struct Ahead {
 /// What a planning task hands back: the connection, unless it failed, and the plan.
 type Planned = (Option<TdsClient>, Result<Option<Ahead>, SourceError>);
 
-/// How long a batch waits, once the rows before it are read, for its plan made ahead before it
-/// plans on the stream's connection instead.
+/// How long a batch waits for its plan made ahead before it plans on the stream's connection
+/// instead.
 const WAIT: Duration = Duration::from_secs(2);
 /// How long planning ahead stays off after it failed or overran [`WAIT`].
 const PAUSE: Duration = Duration::from_secs(60);
@@ -94,7 +94,11 @@ impl Lookahead {
         let (planned_from, mut task) = self.running.take()?;
         let outcome = tokio::time::timeout(WAIT, &mut task).await;
         let (conn, result) = match outcome {
-            Ok(joined) => joined.ok()?,
+            Ok(Ok(done)) => done,
+            Ok(Err(ended)) => {
+                self.pause(&format!("the planning task ended: {ended}"));
+                return None;
+            }
             Err(_) => {
                 task.abort();
                 self.pause(&format!("took longer than {} s", WAIT.as_secs()));
