@@ -216,9 +216,9 @@ mod tests {
     use std::sync::Arc;
 
     /// `vacuum` on a table another writer keeps rewriting (a scheduled vacuum of silver while
-    /// its copy-on-write MERGE runs, here two commits every ~0.1 s) succeeds every time: a start or end marker the conflict
-    /// checker refuses is run again on the new version. Without the retry, about every
-    /// other vacuum of a live silver table failed.
+    /// its copy-on-write MERGE runs; here two commits every ~0.1 s) succeeds every time: a
+    /// start or end marker the conflict checker refuses is run again on the new version.
+    /// Without the retry, about every other vacuum of a live silver table failed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn vacuum_succeeds_while_another_writer_replaces_files() {
         let dir = tempfile::tempdir().unwrap();

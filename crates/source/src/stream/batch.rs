@@ -90,8 +90,10 @@ impl Stream {
         // A chunked snapshot's waves write control records of their own after the batch.
         let snapshot_open = position.snapshot.as_ref().is_some_and(|s| !s.complete);
         // A plan made ahead (`lookahead`) stands where only the server's maximum LSN bounds
-        // the batch; it brings the state it was planned with (the newest minimum LSN kept).
-        let planned = if until.is_none() && !switched && !snapshot_open {
+        // the batch, and the next one is planned ahead on the same terms; a plan brings the
+        // state it was planned with (the newest minimum LSN kept).
+        let plans_ahead = until.is_none() && !switched && !snapshot_open;
+        let planned = if plans_ahead {
             position.lookahead.take(position.lsn).await
         } else {
             position.lookahead.discard();
@@ -101,7 +103,7 @@ impl Stream {
         let (ahead, planned) = match planned {
             Some(planned) => {
                 state = ServerState { min_lsn: state.min_lsn.max(planned.state.min_lsn), ..planned.state };
-                (DdlAhead { ddl: Vec::new(), captured: None }, Some(planned.commits))
+                (DdlAhead::none(), Some(planned.commits))
             }
             None => (self.ddl_ahead(conn, setup, position, state.max_lsn).await?, None),
         };
@@ -115,7 +117,7 @@ impl Stream {
         match self.options.max_commits_per_batch {
             // More commits wait past the limit: plan the next batch while this one is read (a
             // DDL in its range makes the plan refused, and the next batch plans itself).
-            Some(limit) if plan.next_unread.is_some() && until.is_none() && !switched && !snapshot_open => {
+            Some(limit) if plans_ahead && plan.next_unread.is_some() => {
                 position.lookahead.start(&self.connector, &setup.instance.name, plan.to, limit);
             }
             _ => position.lookahead.idle(),

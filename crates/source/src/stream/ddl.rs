@@ -36,6 +36,11 @@ pub(super) struct DdlAhead {
 }
 
 impl DdlAhead {
+    /// No DDL ahead (none up to the maximum LSN, or nothing left to read).
+    pub fn none() -> Self {
+        Self { ddl: Vec::new(), captured: None }
+    }
+
     /// The LSN the next batch may not run past: the first DDL's.
     pub fn bound(&self) -> Option<Lsn> {
         self.ddl.first().map(|d| d.lsn)
@@ -81,7 +86,7 @@ impl Stream {
     pub(super) async fn ddl_ahead(&self, conn: &mut TdsClient, setup: &Setup, position: &Position, max_lsn: Lsn) -> Result<DdlAhead, SourceError> {
         let ci = setup.instance.name.as_str();
         if max_lsn <= position.lsn {
-            return Ok(DdlAhead { ddl: Vec::new(), captured: None });
+            return Ok(DdlAhead::none());
         }
         let ddl = reader::ddl_history(conn, &self.connector, ci, position.lsn, max_lsn).await?;
         if ddl.is_empty() {
