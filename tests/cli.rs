@@ -93,25 +93,38 @@ fn bench_backlog_catches_up_and_reports_each_stages_peak_memory() {
     assert!(stdout.contains("3000 changes") && stdout.contains("rows, as dbo.orders does"), "{stdout}");
 }
 
-/// Invariant: every `mssql-cdc` process runs with glibc's malloc held to 2 arenas unless the
-/// user set `MALLOC_ARENA_MAX` (bronze's and silver's RSS otherwise grew with every commit,
-/// docs/performance.md), and the restart that sets it keeps the process id and arguments.
+/// Invariant: every `mssql-cdc` process runs with glibc's malloc held to 2 arenas and fixed
+/// mapping and trim thresholds of 128 KiB, each unless the user set its variable (the sinks'
+/// RSS otherwise grew with every commit and kept freed buffers, docs/performance.md, ADR 0013
+/// and 0019), and the restart that sets them keeps the process id and arguments.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
-fn every_process_runs_with_capped_malloc_arenas_unless_the_user_chose() {
-    for (given, expected) in [(None, "2"), (Some("4"), "4")] {
+fn every_process_runs_with_tuned_malloc_unless_the_user_chose() {
+    // Unset: the binary's values; set: the user's, each variable on its own.
+    let cases: [(Option<&str>, &str, &str); 4] = [
+        (None, "MALLOC_ARENA_MAX", "2"),
+        (Some("4"), "MALLOC_ARENA_MAX", "4"),
+        (None, "MALLOC_MMAP_THRESHOLD_", "131072"),
+        (Some("65536"), "MALLOC_MMAP_THRESHOLD_", "65536"),
+    ];
+    for (given, variable, expected) in cases {
         let mut command = Command::new(support::bin());
         command.args(["broker", "--listen", "127.0.0.1:0", "--storage", "memory"]).env("RUST_LOG", "warn");
-        match given {
-            Some(value) => command.env("MALLOC_ARENA_MAX", value),
-            None => command.env_remove("MALLOC_ARENA_MAX"),
-        };
+        for name in ["MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"] {
+            command.env_remove(name);
+        }
+        if let Some(value) = given {
+            command.env(variable, value);
+        }
         let mut broker = support::Process::spawn("mssql-cdc broker", command, support::Log::Capture).unwrap();
         // The line comes from the process after its restart, so the environment is final.
         broker.wait_line("listening on ", std::time::Duration::from_secs(60)).unwrap();
         let environ = std::fs::read(format!("/proc/{}/environ", broker.id())).unwrap();
-        let arenas: Vec<&[u8]> = environ.split(|b| *b == 0).filter_map(|entry| entry.strip_prefix(b"MALLOC_ARENA_MAX=".as_slice())).collect();
-        assert_eq!(arenas, vec![expected.as_bytes()], "MALLOC_ARENA_MAX given as {given:?}");
+        let prefix = format!("{variable}=");
+        let values: Vec<&[u8]> = environ.split(|b| *b == 0).filter_map(|entry| entry.strip_prefix(prefix.as_bytes())).collect();
+        assert_eq!(values, vec![expected.as_bytes()], "{variable} given as {given:?}");
+        let trim: Vec<&[u8]> = environ.split(|b| *b == 0).filter_map(|entry| entry.strip_prefix(b"MALLOC_TRIM_THRESHOLD_=".as_slice())).collect();
+        assert_eq!(trim, vec![b"131072".as_slice()], "the trim threshold is set whichever other variable the user chose");
         let cmdline = std::fs::read(format!("/proc/{}/cmdline", broker.id())).unwrap();
         assert!(cmdline.split(|b| *b == 0).any(|argument| argument == b"--storage"), "the arguments survive the restart");
         broker.kill();

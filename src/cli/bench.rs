@@ -421,6 +421,12 @@ pub(super) fn cpu_seconds() -> f64 {
         .map_or(0.0, |ticks| ticks / 100.0)
 }
 
+/// Resets this process's peak RSS to its present RSS (Linux's `clear_refs`), so the next
+/// [`peak_rss_mb`] covers only what runs after; false where the kernel refuses it.
+pub(super) fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 pub(super) fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()

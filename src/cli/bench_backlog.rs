@@ -142,7 +142,7 @@ async fn catch_up(files: &Files, kafka: &KafkaConfig, stages: &mut [StageProcess
             let rss: Vec<String> = stages.iter().map(|p| format!("{:.0}", p.rss_mb("VmRSS"))).collect();
             eprintln!("bench: after {now:.0} s, RSS source / bronze / silver: {} MB", rss.join(" / "));
         }
-        if at.source.is_none() && Until::Published(change_rows).reached(kafka).await? {
+        if at.source.is_none() && (Until::Published { topic: TOPIC, rows: change_rows }).reached(kafka).await? {
             at.source = Some(now);
             last_batch = Some(totals(kafka, TOPIC)?.batches as i64 - 1);
             eprintln!("bench: the source reached the backlog's end after {now:.1} s");

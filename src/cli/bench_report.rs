@@ -67,6 +67,12 @@ pub struct ReportBench {
     /// Run silver with `deletion_vectors = true` (rows replaced by marks, not file rewrites).
     #[arg(long)]
     silver_deletion_vectors: bool,
+    /// Times the source drains the backlog, each run into topics of its own and between two
+    /// bare reads of the same change rows; the report gives the median run's share of its
+    /// bare reads (this machine's speed drifts from one second to the next). The last run's
+    /// topic feeds bronze.
+    #[arg(long, default_value_t = 3)]
+    source_runs: u32,
     /// The source's num_partitions: connections each batch's change rows are read over.
     #[arg(long, default_value_t = 1)]
     num_partitions: u32,
@@ -131,16 +137,19 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     let (sim_address, broker_address) = (services.sim_address, services.broker_address);
     let kafka = KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() };
     let silver_extra = if args.silver_deletion_vectors { "deletion_vectors = true" } else { "" };
-    let files = Files::write(&dir, &broker_address.to_string(), sim_address, &format!("max_commits_per_batch = 1000\nnum_partitions = {}", args.num_partitions), silver_extra)?;
+    anyhow::ensure!(args.source_runs >= 1, "--source-runs: expected 1 or more");
+    let source_extra = format!("max_commits_per_batch = 1000\nnum_partitions = {}", args.num_partitions);
+    let files = Files::write(&dir, &broker_address.to_string(), sim_address, &source_extra, silver_extra)?;
     eprintln!("bench: simulator on {sim_address}, broker on {broker_address}, files in {}", dir.display());
 
+    let repeats = (1..args.source_runs).map(|run| RepeatedSource::write(&dir, sim_address, run, &source_extra)).collect::<anyhow::Result<Vec<_>>>()?;
     // The stages start on the empty table, then the backlog is made while none runs.
-    let idle_rss = idle_memory(&files, &dir).await?;
+    let idle_rss = idle_memory(&files, &repeats, &dir).await?;
     let options = WorkloadOptions { rate: 0, changes: args.changes, ..WorkloadOptions::default() };
     let workload_sim = sim.clone();
     let backlog_report = tokio::task::spawn_blocking(move || Workload::new(options, Vec::new()).run(&mut LocalClient::new(&workload_sim))).await??;
     eprintln!("bench: backlog of {} changes", backlog_report.changes);
-    let (mut stages, drained) = drain_backlog(&sim, sim_address, &kafka, &files, &dir).await?;
+    let (mut stages, drained) = drain_backlog(&sim, sim_address, &kafka, &files, &repeats, &dir).await?;
     let external = match args.external_sink.clone().or_else(|| std::env::var("MSSQL_CDC_BENCH_EXTERNAL_SINK").ok().filter(|c| !c.trim().is_empty())) {
         Some(command) => {
             eprintln!("bench: external sink `{command}` on the same feed");
@@ -186,14 +195,16 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
 }
 
 /// Phase 1: the stages start on an empty feed; their RSS after a few seconds is the memory
-/// baseline. They are killed (and resume from their checkpoints later).
-async fn idle_memory(files: &Files, dir: &Path) -> anyhow::Result<Vec<f64>> {
+/// baseline. They are killed (and resume from their checkpoints later). The repeated sources
+/// start and stop with them, so that each later run, like the bench's source, resumes a
+/// stream whose topics exist.
+async fn idle_memory(files: &Files, repeats: &[RepeatedSource], dir: &Path) -> anyhow::Result<Vec<f64>> {
     let mut idle = Vec::new();
-    for connector in [&files.source, &files.bronze, &files.silver] {
+    for connector in [&files.source, &files.bronze, &files.silver].into_iter().chain(repeats.iter().map(|r| &r.connector)) {
         idle.push(stage(&files.worker, connector, dir)?);
     }
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let rss = idle.iter().map(|p| p.rss_mb("VmRSS")).collect();
+    let rss = idle.iter().take(3).map(|p| p.rss_mb("VmRSS")).collect();
     for mut process in idle {
         process.kill();
     }
@@ -205,15 +216,8 @@ struct Drained {
     rows: u64,
     bytes: u64,
     batches: u64,
-    /// From the spawn to the control record that completed the rows, by the stage's clock.
-    source_secs: f64,
-    /// From the spawn to its first batch's control record, when recorded.
-    source_first_secs: Option<f64>,
-    /// The source's rate from its first batch's publication to its last (setup left out).
-    source_streaming: f64,
-    /// The same change rows read by a bare tiberius query, just before the source ran and just
-    /// after: (rows, seconds) each.
-    bare_reads: [(u64, f64); 2],
+    /// Each run of the source over the backlog, in order (the last fed bronze).
+    source_runs: Vec<SourceRun>,
     raw_acked: u64,
     raw_secs: f64,
     /// From the spawn to the commit that completed the rows, by the stage's clock.
@@ -231,10 +235,78 @@ struct Drained {
     silver_metrics: String,
 }
 
+/// A source like the bench's own, into topics of its own: it drains the backlog before the
+/// bench's source does, for the median of several runs.
+struct RepeatedSource {
+    connector: PathBuf,
+    topic: String,
+}
+
+impl RepeatedSource {
+    fn write(dir: &Path, sim: SocketAddr, run: u32, extra: &str) -> anyhow::Result<Self> {
+        let (name, prefix) = (format!("bench-source-run{run}"), format!("bench-run{run}"));
+        let connector = write_file(dir, &format!("source-run{run}.toml"), &source_toml(&name, sim.port(), &prefix, extra))?;
+        Ok(Self { connector, topic: format!("{prefix}.sales.dbo.orders") })
+    }
+}
+
+/// The bare read of the source's change rows, the source's ceiling.
+const BARE_SQL: &str = "SELECT * FROM cdc.dbo_orders_CT ORDER BY __$start_lsn, __$seqval, __$operation";
+
+/// One run of the source over the backlog.
+struct SourceRun {
+    /// From the spawn to the control record that completed the rows, by the stage's clock.
+    secs: f64,
+    /// The same, by the bench's poll (up to ~0.1 s late).
+    polled_secs: f64,
+    /// From the spawn to its first batch's control record, when recorded.
+    first_secs: Option<f64>,
+    /// The rate from its first batch's publication to its last (setup left out).
+    streaming: f64,
+    /// The same change rows read by a bare tiberius query just before the run and just after:
+    /// (rows, seconds) each.
+    bare: [(u64, f64); 2],
+}
+
+impl SourceRun {
+    fn between(mut self, before: (u64, f64), after: (u64, f64)) -> Self {
+        self.bare = [before, after];
+        self
+    }
+
+    /// The bare read's rate: the mean of the reads before and after.
+    fn ceiling(&self) -> f64 {
+        self.bare.iter().map(|&(rows, secs)| if secs > 0.0 { rows as f64 / secs } else { 0.0 }).sum::<f64>() / 2.0
+    }
+
+    /// The run's rate as a percentage of [`Self::ceiling`].
+    fn share(&self, rows: u64) -> f64 {
+        let ceiling = self.ceiling();
+        if ceiling > 0.0 && self.secs > 0.0 { 100.0 * rows as f64 / self.secs / ceiling } else { 0.0 }
+    }
+}
+
+/// Runs the source of `connector` until `topic` holds `rows` rows; returns it, still running,
+/// with its times by its control records (the bare reads left empty).
+async fn source_run(files: &Files, connector: &Path, topic: &str, rows: u64, dir: &Path, kafka: &KafkaConfig) -> anyhow::Result<(StageProcess, SourceRun)> {
+    let spawned = Utc::now();
+    let (source, polled_secs) = drain(files, connector, dir, kafka, Until::Published { topic, rows }).await?;
+    let (cluster, read) = (kafka.clone(), topic.to_owned());
+    let published = Landed::of_controls(&super::bench::off_runtime(move || controls(&cluster, &read)).await?);
+    let run = SourceRun {
+        secs: by_records("source", published.seconds_until(rows, spawned), polled_secs),
+        polled_secs,
+        first_secs: published.seconds_until(1, spawned),
+        streaming: published.streaming_rate(),
+        bare: [(0, 0.0); 2],
+    };
+    Ok((source, run))
+}
+
 /// What a draining stage waits for.
 pub(super) enum Until<'a> {
-    /// The control topic names at least this many rows.
-    Published(u64),
+    /// The control topic of `topic` names at least `rows` rows.
+    Published { topic: &'a str, rows: u64 },
     /// The facts table records this batch for `app_id`'s facts.
     Facts { table: &'a str, app: &'a str, batch: i64 },
     /// Silver's control row (for the silver table at `url`) reached this batch.
@@ -246,9 +318,9 @@ pub(super) enum Until<'a> {
 impl Until<'_> {
     pub(super) async fn reached(&self, kafka: &KafkaConfig) -> anyhow::Result<bool> {
         Ok(match self {
-            Until::Published(rows) => {
-                let cluster = kafka.clone();
-                super::bench::off_runtime(move || totals(&cluster, TOPIC)).await?.rows >= *rows
+            Until::Published { topic, rows } => {
+                let (cluster, topic) = (kafka.clone(), topic.to_string());
+                super::bench::off_runtime(move || totals(&cluster, &topic)).await?.rows >= *rows
             }
             Until::Facts { table: location, app, batch } => match table::open(location, &Default::default()).await? {
                 Some(facts) => table::txn_version(&facts, app).await?.unwrap_or(-1) >= *batch,
@@ -283,27 +355,40 @@ pub(super) async fn drain(files: &Files, connector: &Path, dir: &Path, kafka: &K
 /// next to its baselines (the same change rows read bare over TDS; a raw producer of the same
 /// records; a bare consumer decoding them into one Parquet file; the same records decoded and
 /// written with the read left out). Returns the three stages, still running.
-async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaConfig, files: &Files, dir: &Path) -> anyhow::Result<(Vec<StageProcess>, Drained)> {
+async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaConfig, files: &Files, repeats: &[RepeatedSource], dir: &Path) -> anyhow::Result<(Vec<StageProcess>, Drained)> {
     let expected = sim.changes("dbo_orders").len() as u64;
-    // The source's ceiling is read on both sides of its run: this machine's speed drifts
+    // The source's ceiling is read on both sides of each run: this machine's speed drifts
     // between runs, and the mean of the two stands for the time between.
-    const BARE_SQL: &str = "SELECT * FROM cdc.dbo_orders_CT ORDER BY __$start_lsn, __$seqval, __$operation";
-    let bare_before = bare_read(sim_address, BARE_SQL).await?;
-    let spawned = Utc::now();
-    let (source, polled_secs) = drain(files, &files.source, dir, kafka, Until::Published(expected)).await?;
+    // The runs before the last go to topics of their own, each source stopped after its run;
+    // the last is the bench's source, and bronze reads its topic.
+    let mut bare_before = bare_read(sim_address, BARE_SQL).await?;
+    let mut source_runs = Vec::new();
+    for repeat in repeats {
+        let (mut process, timed) = source_run(files, &repeat.connector, &repeat.topic, expected, dir, kafka).await?;
+        process.stop();
+        let bare_after = bare_read(sim_address, BARE_SQL).await?;
+        source_runs.push(timed.between(bare_before, bare_after));
+        bare_before = bare_after;
+    }
+    let (source, last) = source_run(files, &files.source, TOPIC, expected, dir, kafka).await?;
+    source_runs.push(last.between(bare_before, bare_read(sim_address, BARE_SQL).await?));
     let fed = totals(kafka, TOPIC)?;
-    let (cluster, topic) = (kafka.clone(), TOPIC);
-    let published = Landed::of_controls(&super::bench::off_runtime(move || controls(&cluster, topic)).await?);
-    // From the spawn to the control record that completed the rows, by the stage's clock.
-    let source_secs = by_records("source", published.seconds_until(fed.rows, spawned), polled_secs);
-    let source_first_secs = published.seconds_until(1, spawned);
-    let source_streaming = published.streaming_rate();
-    let bare_after = bare_read(sim_address, BARE_SQL).await?;
     let (_, raw_acked, raw_secs, _) = raw_producer_baseline(kafka, TOPIC).await?;
-    eprintln!(
-        "bench: source {} rows in {source_secs:.2} s ({polled_secs:.2} s polled); bare TDS read {} in {:.2} s before it, {} in {:.2} s after; raw producer {raw_acked} in {raw_secs:.1} s",
-        fed.rows, bare_before.0, bare_before.1, bare_after.0, bare_after.1
-    );
+    for (n, run) in source_runs.iter().enumerate() {
+        eprintln!(
+            "bench: source run {}: {} rows in {:.2} s ({:.2} s polled), {:.0}% of the bare TDS read ({} rows in {:.2} s before it, {} in {:.2} s after)",
+            n + 1,
+            fed.rows,
+            run.secs,
+            run.polled_secs,
+            run.share(fed.rows),
+            run.bare[0].0,
+            run.bare[0].1,
+            run.bare[1].0,
+            run.bare[1].1
+        );
+    }
+    eprintln!("bench: raw producer {raw_acked} in {raw_secs:.1} s");
 
     let last_batch = fed.batches as i64 - 1;
     let facts_app = facts_app_id(BRONZE_APP);
@@ -327,10 +412,7 @@ async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaCo
         rows: fed.rows,
         bytes: fed.bytes,
         batches: fed.batches,
-        source_secs,
-        source_first_secs,
-        source_streaming,
-        bare_reads: [bare_before, bare_after],
+        source_runs,
         raw_acked,
         raw_secs,
         bronze_secs,
@@ -439,18 +521,26 @@ fn print_report(args: &ReportBench, drained: &Drained, steady: &[Steady], kafka_
     let share = |part: f64, whole: f64| if whole > 0.0 { 100.0 * part / whole } else { 0.0 };
     // A rate from the first commit to the last needs two commits at least.
     let streaming = |rate: f64, of: f64| if rate > 0.0 { format!("streaming {rate:.0} rows/s, {:.0}%", share(rate, of)) } else { "no streaming rate (fewer than two batches or commits)".into() };
-    let [before, after] = drained.bare_reads.map(rate);
-    let (source_rate, bare_read) = (rows / drained.source_secs, (before + after) / 2.0);
-    println!(
-        "| source: backlog of {} change rows, TDS → Kafka | {source_rate:.0} rows/s, {:.1} MB/s ({} batches; process start included, first batch at {}), {:.0}% of the bare read; {} | bare tiberius read of the same change rows: {bare_read:.0} rows/s (mean of {before:.0} just before the source and {after:.0} just after); bare rdkafka producer, same records: {:.0} rows/s |",
-        drained.rows,
-        mb / drained.source_secs,
-        drained.batches,
-        millis(drained.source_first_secs),
-        share(source_rate, bare_read),
-        streaming(drained.source_streaming, bare_read),
-        drained.raw_acked as f64 / drained.raw_secs
-    );
+    // The median run by its share of its own bare reads.
+    let mut by_share: Vec<&SourceRun> = drained.source_runs.iter().collect();
+    by_share.sort_by(|a, b| a.share(drained.rows).total_cmp(&b.share(drained.rows)));
+    let shares: Vec<String> = drained.source_runs.iter().map(|r| format!("{:.0}%", r.share(drained.rows))).collect();
+    if let Some(median) = by_share.get(by_share.len() / 2) {
+        let [before, after] = median.bare.map(rate);
+        let (source_rate, bare_read) = (rows / median.secs, median.ceiling());
+        println!(
+            "| source: backlog of {} change rows, TDS → Kafka (median of {} runs) | {source_rate:.0} rows/s, {:.1} MB/s ({} batches; process start included, first batch at {}), {:.0}% of the bare read (runs in order: {}); {} | bare tiberius read of the same change rows: {bare_read:.0} rows/s (mean of {before:.0} just before that run and {after:.0} just after); bare rdkafka producer, same records: {:.0} rows/s |",
+            drained.rows,
+            drained.source_runs.len(),
+            mb / median.secs,
+            drained.batches,
+            millis(median.first_secs),
+            share(source_rate, bare_read),
+            shares.join(", "),
+            streaming(median.streaming, bare_read),
+            drained.raw_acked as f64 / drained.raw_secs
+        );
+    }
     let (bronze_rate, consumer_parquet) = (rows / drained.bronze_secs, rate(drained.consumer_parquet));
     println!(
         "| bronze: the same feed → Delta, with facts | {bronze_rate:.0} rows/s, {:.1} MB/s ({:.0} ms per batch commit; process start included, first commit at {}), {:.0}% of the bare consumer; {} | bare rdkafka consumer + JSON decode + one Parquet file: {consumer_parquet:.0} rows/s; decode + Parquet alone (read left out): {:.0} rows/s |",

@@ -33,6 +33,10 @@ pub struct SilverBench {
     /// there, 5% anywhere) or `uniform`. Inserts always take new keys above the table's.
     #[arg(long, default_value = "hot")]
     keys: String,
+    /// Which MERGEs run (comma-separated): `ours` (silver's copy-on-write MERGE), `marks`
+    /// (silver's deletion vectors), `plain` (delta-rs's MERGE as it comes).
+    #[arg(long, value_delimiter = ',', default_value = "ours,marks,plain")]
+    ways: Vec<String>,
     /// Where the tables go (deleted after).
     #[arg(long, default_value = "./bench-data/silver")]
     dir: std::path::PathBuf,
@@ -119,8 +123,11 @@ async fn merge(location: &str, batch: &RecordBatch, ranges: bool) -> anyhow::Res
     let columns: Vec<String> = schema().fields().iter().map(|f| f.name().clone()).collect();
     let source = SessionContext::new().read_batch(batch.clone())?;
     let newer = "source._start_lsn > target._start_lsn";
-    let (_, metrics) = t
-        .merge(source, on)
+    let mut builder = t.merge(source, on);
+    if ranges {
+        builder = builder.with_session_state(mssql_cdc_lake::silver::apply::merge_session(location)?);
+    }
+    let (_, metrics) = builder
         .with_source_alias("source")
         .with_target_alias("target")
         // Ours writes as silver does; the plain MERGE with delta-rs's writer as it comes.
@@ -174,7 +181,12 @@ pub async fn run(args: SilverBench) -> anyhow::Result<ExitCode> {
         "uniform" => 0,
         other => anyhow::bail!("--keys `{other}`: expected recent, hot or uniform"),
     };
-    println!("silver rows | batch | keys | ours: s, files scanned/rewritten | deletion vectors: s, files scanned/marked | plain MERGE: s, files scanned/rewritten | peak RSS MB");
+    if let Some(other) = args.ways.iter().find(|w| !["ours", "marks", "plain"].contains(&w.as_str())) {
+        anyhow::bail!("--ways `{other}`: expected ours, marks or plain (comma-separated)");
+    }
+    let runs = |way: &str| args.ways.iter().any(|w| w == way);
+    println!("silver rows | batch | keys | ours: s, files scanned/rewritten, peak RSS MB | deletion vectors: s, files scanned/marked, peak RSS MB | plain MERGE: s, files scanned/rewritten, peak RSS MB | peak RSS of the run, MB");
+    let mut run_peak = 0.0f64;
     for &n in &args.silver_rows {
         let base = args.dir.join(format!("base-{n}"));
         let _ = std::fs::remove_dir_all(&base);
@@ -184,21 +196,41 @@ pub async fn run(args: SilverBench) -> anyhow::Result<ExitCode> {
         for &m in &args.batch_changes {
             let mut rng = StdRng::seed_from_u64(n ^ m);
             let batch = folded(n, m, hot, &mut rng);
-            let (a, b, c) = (args.dir.join("ours"), args.dir.join("plain"), args.dir.join("marks"));
-            for copy in [&a, &b, &c] {
-                let _ = std::fs::remove_dir_all(copy);
-                copy_dir(&base, copy)?;
+            let mut cells = Vec::new();
+            let mut counts = Vec::new();
+            for way in ["ours", "marks", "plain"] {
+                if !runs(way) {
+                    cells.push("-".to_owned());
+                    continue;
+                }
+                let copy = args.dir.join(way);
+                let _ = std::fs::remove_dir_all(&copy);
+                copy_dir(&base, &copy)?;
+                let location = copy.display().to_string();
+                // The peak of this MERGE alone (from the RSS it starts with: the process keeps
+                // some of what building the table took).
+                run_peak = run_peak.max(super::bench::peak_rss_mb());
+                let reset = super::bench::reset_peak_rss();
+                let (seconds, scanned, changed) = match way {
+                    "marks" => merge_by_marks(&location, &batch).await?,
+                    _ => {
+                        let (s, a, b) = merge(&location, &batch, way == "ours").await?;
+                        (s, a as u64, b as u64)
+                    }
+                };
+                let peak = if reset { format!("{:.0}", super::bench::peak_rss_mb()) } else { "?".into() };
+                cells.push(format!("{seconds:.2} s, {scanned}/{changed}, {peak}"));
+                counts.push((way, count(&location).await?));
+                let _ = std::fs::remove_dir_all(&copy);
             }
-            let ours = merge(&a.display().to_string(), &batch, true).await?;
-            let plain = merge(&b.display().to_string(), &batch, false).await?;
-            let marks = merge_by_marks(&c.display().to_string(), &batch).await?;
-            // The two ways end with the same table.
-            let (rows_plain, rows_marks) = (count(&b.display().to_string()).await?, count(&c.display().to_string()).await?);
-            anyhow::ensure!(rows_plain == rows_marks, "the MERGE by deletion vectors left {rows_marks} rows, the plain MERGE {rows_plain}");
-            println!(
-                "{n} | {m} | {} | {:.2} s, {}/{} | {:.2} s, {}/{} | {:.2} s, {}/{} | {:.0}",
-                args.keys, ours.0, ours.1, ours.2, marks.0, marks.1, marks.2, plain.0, plain.1, plain.2, super::bench::peak_rss_mb()
-            );
+            // Every way ends with the same table.
+            if let Some(&(first, rows)) = counts.first()
+                && let Some(&(other, differs)) = counts.iter().find(|(_, r)| *r != rows)
+            {
+                anyhow::bail!("the MERGE `{other}` left {differs} rows, `{first}` {rows}");
+            }
+            run_peak = run_peak.max(super::bench::peak_rss_mb());
+            println!("{n} | {m} | {} | {} | {run_peak:.0}", args.keys, cells.join(" | "));
         }
         let _ = std::fs::remove_dir_all(&base);
     }

@@ -112,7 +112,7 @@ pub(super) async fn preloaded_orders(rows: u64) -> anyhow::Result<(Simulator, st
 /// The snapshot of the whole table through the source, then bronze (each its own process):
 /// (source seconds, source peak MB, published totals, bronze seconds, bronze peak MB).
 pub(super) async fn snapshot_into_bronze(files: &Files, dir: &std::path::Path, kafka: &KafkaConfig, rows: u64) -> anyhow::Result<(f64, f64, mssql_cdc_testkit::kafka::Totals, f64, f64)> {
-    let (mut source, source_secs) = drain(files, &files.source, dir, kafka, Until::Published(rows)).await?;
+    let (mut source, source_secs) = drain(files, &files.source, dir, kafka, Until::Published { topic: TOPIC, rows }).await?;
     let source_peak_mb = source.rss_mb("VmHWM");
     source.stop();
     let cluster = kafka.clone();

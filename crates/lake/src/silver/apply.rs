@@ -524,7 +524,7 @@ fn consecutive_run(facts: Vec<BatchFact>, from: i64, max_rows: i64, ours: impl F
 /// another partition's queue is empty: the scan outran the Parquet writer and silver's memory
 /// grew with the table (a 10M-change backlog took it past 750 MB; one MERGE into a 573k-row
 /// table peaked at 372–413 MB, 265 MB with one partition, in about the same time; ADR 0017).
-fn merge_session(location: &str) -> Result<std::sync::Arc<dyn deltalake::datafusion::catalog::Session>, SilverError> {
+pub fn merge_session(location: &str) -> Result<std::sync::Arc<dyn deltalake::datafusion::catalog::Session>, SilverError> {
     let overrides = [("datafusion.execution.target_partitions".to_owned(), "1".to_owned())].into_iter().collect();
     let context = deltalake::delta_datafusion::DeltaSessionContext::new_with_session_overrides(&overrides).map_err(|e| SilverError::delta_at(location, e))?;
     Ok(std::sync::Arc::new(context.state()))
