@@ -29,8 +29,9 @@ fn main() -> ExitCode {
 ///   given back when freed, and free memory at an arena's top is returned once 128 KiB of it
 ///   gathers. glibc's default raises the mapping threshold each time a mapped block is freed,
 ///   up to 32 MiB, after which such buffers are carved from the arenas and their free space
-///   stays in the process: a copy-on-write silver's heap peaked at 100 MB while its RSS
-///   reached 250 MB (docs/performance.md, "Memory: glibc's mapping threshold").
+///   stays in the process: a copy-on-write silver's heap peaked at 100 MB over a 1M-change
+///   backlog, where its RSS reached 250 MB (docs/performance.md, "Memory: glibc's mapping
+///   threshold").
 const MALLOC_SETTINGS: [(&str, &str); 3] = [("MALLOC_ARENA_MAX", "2"), ("MALLOC_MMAP_THRESHOLD_", "131072"), ("MALLOC_TRIM_THRESHOLD_", "131072")];
 
 /// Runs the binary again, in place, with [`MALLOC_SETTINGS`] in its environment.

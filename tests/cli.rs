@@ -101,16 +101,19 @@ fn bench_backlog_catches_up_and_reports_each_stages_peak_memory() {
 #[test]
 fn every_process_runs_with_tuned_malloc_unless_the_user_chose() {
     // Unset: the binary's values; set: the user's, each variable on its own.
-    let cases: [(Option<&str>, &str, &str); 4] = [
+    const DEFAULTS: [(&str, &str); 3] = [("MALLOC_ARENA_MAX", "2"), ("MALLOC_MMAP_THRESHOLD_", "131072"), ("MALLOC_TRIM_THRESHOLD_", "131072")];
+    let cases: [(Option<&str>, &str, &str); 6] = [
         (None, "MALLOC_ARENA_MAX", "2"),
         (Some("4"), "MALLOC_ARENA_MAX", "4"),
         (None, "MALLOC_MMAP_THRESHOLD_", "131072"),
         (Some("65536"), "MALLOC_MMAP_THRESHOLD_", "65536"),
+        (None, "MALLOC_TRIM_THRESHOLD_", "131072"),
+        (Some("262144"), "MALLOC_TRIM_THRESHOLD_", "262144"),
     ];
     for (given, variable, expected) in cases {
         let mut command = Command::new(support::bin());
         command.args(["broker", "--listen", "127.0.0.1:0", "--storage", "memory"]).env("RUST_LOG", "warn");
-        for name in ["MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"] {
+        for (name, _) in DEFAULTS {
             command.env_remove(name);
         }
         if let Some(value) = given {
@@ -120,11 +123,15 @@ fn every_process_runs_with_tuned_malloc_unless_the_user_chose() {
         // The line comes from the process after its restart, so the environment is final.
         broker.wait_line("listening on ", std::time::Duration::from_secs(60)).unwrap();
         let environ = std::fs::read(format!("/proc/{}/environ", broker.id())).unwrap();
-        let prefix = format!("{variable}=");
-        let values: Vec<&[u8]> = environ.split(|b| *b == 0).filter_map(|entry| entry.strip_prefix(prefix.as_bytes())).collect();
-        assert_eq!(values, vec![expected.as_bytes()], "{variable} given as {given:?}");
-        let trim: Vec<&[u8]> = environ.split(|b| *b == 0).filter_map(|entry| entry.strip_prefix(b"MALLOC_TRIM_THRESHOLD_=".as_slice())).collect();
-        assert_eq!(trim, vec![b"131072".as_slice()], "the trim threshold is set whichever other variable the user chose");
+        let values = |name: &str| -> Vec<String> {
+            let prefix = format!("{name}=");
+            environ.split(|b| *b == 0).filter_map(|entry| entry.strip_prefix(prefix.as_bytes())).map(|v| String::from_utf8_lossy(v).into_owned()).collect()
+        };
+        assert_eq!(values(variable), vec![expected.to_owned()], "{variable} given as {given:?}");
+        // The user's choice of one variable leaves the others at the binary's values.
+        for (other, default) in DEFAULTS.into_iter().filter(|(other, _)| *other != variable) {
+            assert_eq!(values(other), vec![default.to_owned()], "{other} with {variable} given as {given:?}");
+        }
         let cmdline = std::fs::read(format!("/proc/{}/cmdline", broker.id())).unwrap();
         assert!(cmdline.split(|b| *b == 0).any(|argument| argument == b"--storage"), "the arguments survive the restart");
         broker.kill();

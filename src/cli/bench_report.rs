@@ -67,10 +67,10 @@ pub struct ReportBench {
     /// Run silver with `deletion_vectors = true` (rows replaced by marks, not file rewrites).
     #[arg(long)]
     silver_deletion_vectors: bool,
-    /// Times the source drains the backlog, each run into topics of its own and between two
-    /// bare reads of the same change rows; the report gives the median run's share of its
-    /// bare reads (this machine's speed drifts from one second to the next). The last run's
-    /// topic feeds bronze.
+    /// Times the source drains the backlog (an odd number), each run into topics of its own and
+    /// between two bare reads of the same change rows; the report gives the median run's share
+    /// of its bare reads (this machine's speed drifts from one second to the next). The last
+    /// run's topic feeds bronze.
     #[arg(long, default_value_t = 3)]
     source_runs: u32,
     /// The source's num_partitions: connections each batch's change rows are read over.
@@ -137,7 +137,7 @@ pub async fn run(args: ReportBench) -> anyhow::Result<ExitCode> {
     let (sim_address, broker_address) = (services.sim_address, services.broker_address);
     let kafka = KafkaConfig { bootstrap_servers: broker_address.to_string(), ..KafkaConfig::default() };
     let silver_extra = if args.silver_deletion_vectors { "deletion_vectors = true" } else { "" };
-    anyhow::ensure!(args.source_runs >= 1, "--source-runs: expected 1 or more");
+    anyhow::ensure!(args.source_runs % 2 == 1, "--source-runs: expected an odd number (1, 3, 5, ...), so that one run is the median");
     let source_extra = format!("max_commits_per_batch = 1000\nnum_partitions = {}", args.num_partitions);
     let files = Files::write(&dir, &broker_address.to_string(), sim_address, &source_extra, silver_extra)?;
     eprintln!("bench: simulator on {sim_address}, broker on {broker_address}, files in {}", dir.display());
@@ -215,7 +215,6 @@ async fn idle_memory(files: &Files, repeats: &[RepeatedSource], dir: &Path) -> a
 struct Drained {
     rows: u64,
     bytes: u64,
-    batches: u64,
     /// Each run of the source over the backlog, in order (the last fed bronze).
     source_runs: Vec<SourceRun>,
     raw_acked: u64,
@@ -259,6 +258,9 @@ struct SourceRun {
     secs: f64,
     /// The same, by the bench's poll (up to ~0.1 s late).
     polled_secs: f64,
+    /// Batches and record bytes it published.
+    batches: u64,
+    bytes: u64,
     /// From the spawn to its first batch's control record, when recorded.
     first_secs: Option<f64>,
     /// The rate from its first batch's publication to its last (setup left out).
@@ -292,9 +294,12 @@ async fn source_run(files: &Files, connector: &Path, topic: &str, rows: u64, dir
     let spawned = Utc::now();
     let (source, polled_secs) = drain(files, connector, dir, kafka, Until::Published { topic, rows }).await?;
     let (cluster, read) = (kafka.clone(), topic.to_owned());
-    let published = Landed::of_controls(&super::bench::off_runtime(move || controls(&cluster, &read)).await?);
+    let records = super::bench::off_runtime(move || controls(&cluster, &read)).await?;
+    let published = Landed::of_controls(&records);
     let run = SourceRun {
         secs: by_records("source", published.seconds_until(rows, spawned), polled_secs),
+        batches: records.len() as u64,
+        bytes: records.iter().map(|c| c.metrics.bytes).sum(),
         polled_secs,
         first_secs: published.seconds_until(1, spawned),
         streaming: published.streaming_rate(),
@@ -370,8 +375,13 @@ async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaCo
         source_runs.push(timed.between(bare_before, bare_after));
         bare_before = bare_after;
     }
-    let (source, last) = source_run(files, &files.source, TOPIC, expected, dir, kafka).await?;
-    source_runs.push(last.between(bare_before, bare_read(sim_address, BARE_SQL).await?));
+    let (mut source, last) = source_run(files, &files.source, TOPIC, expected, dir, kafka).await?;
+    // The bench's source runs on (the steady phase needs it): paused, it cannot take turns
+    // with the bare read after it, as the stopped sources before it could not.
+    source.process().signal("-STOP")?;
+    let bare_after = bare_read(sim_address, BARE_SQL).await;
+    source.process().signal("-CONT")?;
+    source_runs.push(last.between(bare_before, bare_after?));
     let fed = totals(kafka, TOPIC)?;
     let (_, raw_acked, raw_secs, _) = raw_producer_baseline(kafka, TOPIC).await?;
     for (n, run) in source_runs.iter().enumerate() {
@@ -411,7 +421,6 @@ async fn drain_backlog(sim: &Simulator, sim_address: SocketAddr, kafka: &KafkaCo
     let drained = Drained {
         rows: fed.rows,
         bytes: fed.bytes,
-        batches: fed.batches,
         source_runs,
         raw_acked,
         raw_secs,
@@ -532,8 +541,8 @@ fn print_report(args: &ReportBench, drained: &Drained, steady: &[Steady], kafka_
             "| source: backlog of {} change rows, TDS → Kafka (median of {} runs) | {source_rate:.0} rows/s, {:.1} MB/s ({} batches; process start included, first batch at {}), {:.0}% of the bare read (runs in order: {}); {} | bare tiberius read of the same change rows: {bare_read:.0} rows/s (mean of {before:.0} just before that run and {after:.0} just after); bare rdkafka producer, same records: {:.0} rows/s |",
             drained.rows,
             drained.source_runs.len(),
-            mb / median.secs,
-            drained.batches,
+            median.bytes as f64 / 1e6 / median.secs,
+            median.batches,
             millis(median.first_secs),
             share(source_rate, bare_read),
             shares.join(", "),
